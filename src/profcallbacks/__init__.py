@@ -1,0 +1,22 @@
+"""Drop-in profiling callbacks for Lightning, Hugging Face and plain PyTorch training loops."""
+
+from profcallbacks._version import __version__
+from profcallbacks.config import ProfilerConfig
+from profcallbacks.findings import Finding
+from profcallbacks.options import TraceOptions
+from profcallbacks.ranks import RankInfo
+from profcallbacks.schedule import Phase, Schedule
+from profcallbacks.session import ProfilingSession
+from profcallbacks.step_profiler import StepProfiler
+
+__all__ = [
+    "Finding",
+    "Phase",
+    "ProfilerConfig",
+    "ProfilingSession",
+    "RankInfo",
+    "Schedule",
+    "StepProfiler",
+    "TraceOptions",
+    "__version__",
+]

@@ -1,0 +1,69 @@
+"""One capture window: a torch.profiler that exists only between its warmup and its last step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from torch.profiler import profile
+
+from profcallbacks.options import TraceOptions
+from profcallbacks.planner import Window
+from profcallbacks.postprocess import StepSpan
+
+log = logging.getLogger(__name__)
+
+
+class TraceCapture:
+    """Drives ``torch.profiler.profile`` through one window and remembers its step bounds.
+
+    Created at the window's first step, gone after its last: outside windows nothing of the
+    profiler stays installed.
+
+    Example:
+        >>> capture = TraceCapture(TraceOptions(), Window(0, 1, 2, "manual"))
+        >>> capture.warm_up(); capture.record()        # doctest: +SKIP
+        >>> profiler = capture.stop()                  # doctest: +SKIP
+    """
+
+    def __init__(self, options: TraceOptions, window: Window) -> None:
+        self.window = window
+        self._profiler: Any = profile(**options.profiler_kwargs())
+        self._state = "created"
+        self.spans: list[StepSpan] = []
+
+    @property
+    def recording(self) -> bool:
+        return self._state == "recording"
+
+    def warm_up(self) -> None:
+        """Start the profiler without keeping events (the window's warmup steps)."""
+        if self._state == "created":
+            self._profiler.prepare_trace()
+            self._state = "warm"
+
+    def record(self) -> None:
+        """Start keeping events (the window's first active step)."""
+        self.warm_up()
+        if self._state == "warm":
+            self._profiler.start_trace()
+            self._state = "recording"
+
+    def add_span(self, step: int, start_ns: int, end_ns: int) -> None:
+        self.spans.append(StepSpan(step, start_ns, end_ns))
+
+    def stop(self) -> Any | None:
+        """Stop the profiler; returns it when it recorded anything, for export."""
+        state, self._state = self._state, "stopped"
+        if state == "created" or state == "stopped":
+            return None
+        if state == "warm":  # kineto stops cleanly only from a started trace
+            self._profiler.start_trace()
+        self._profiler.stop_trace()
+        return self._profiler if state == "recording" else None
+
+
+def wall_ns() -> int:
+    """Wall-clock nanoseconds, the clock torch.profiler's trace timestamps are based on."""
+    return time.time_ns()

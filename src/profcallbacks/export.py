@@ -1,0 +1,156 @@
+"""Writes capture windows to disk off the training thread, each capture directory appearing whole."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.postprocess import CaptureInfo, postprocess
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = ".profcallbacks-staging"
+_READY = ".ready"
+
+
+@dataclass
+class _Job:
+    profiler: Any  # a stopped torch.profiler.profile
+    info: CaptureInfo
+
+
+def trace_file_name(info: CaptureInfo) -> str:
+    """``<worker>.<first step>.pt.trace.json.gz``: the plugin's worker and span, equal on all ranks."""
+    return f"{info.rank.worker}.{info.first_step}.pt.trace.json.gz"
+
+
+class TraceExporter:
+    """Post-processes and gzips each stopped capture on a background thread.
+
+    Files are staged under ``<logdir>/.profcallbacks-staging/<capture>/`` with names the
+    TensorBoard plugin ignores. Once every tracing rank's file is there, one rank renames the
+    staged directory to ``<logdir>/<capture>/``, so the plugin (which loads each run directory
+    once) never sees a capture with a file missing or half written.
+
+    Args:
+        logdir: Root log directory.
+        tracing_ranks: How many ranks write a file into each capture directory.
+        publish_timeout_s: At close, how long to wait for other ranks' files before publishing
+            a capture directory with what is there.
+    """
+
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+        self._logdir = logdir
+        self._staging = logdir / STAGING_DIR
+        self._tracing_ranks = tracing_ranks
+        self._publish_timeout_s = publish_timeout_s
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._waiting: set[str] = set()
+        self._thread: threading.Thread | None = None
+        self.exported: list[Path] = []
+        self.failures = 0
+
+    def submit(self, profiler: Any, info: CaptureInfo) -> None:
+        """Queue a stopped profiler for export; returns at once."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="profcallbacks-export",
+                                            daemon=True)
+            self._thread.start()
+        self._queue.put(_Job(profiler, info))
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        """Finish queued exports, then publish captures still waiting for other ranks."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("profcallbacks: trace export still running after %.0f s; "
+                            "unfinished captures stay in %s.", timeout_s, self._staging)
+            self._thread = None
+        deadline = time.monotonic() + self._publish_timeout_s
+        while self._waiting and time.monotonic() < deadline:
+            for name in list(self._waiting):
+                self._try_publish(name, force=False)
+            if self._waiting:
+                time.sleep(0.2)
+        for name in list(self._waiting):
+            self._try_publish(name, force=True)
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            try:
+                self._export(job)
+            except Exception as exc:  # export faults never reach the training thread
+                self.failures += 1
+                log.warning("profcallbacks: could not export capture %s (%s: %s); training "
+                            "continues and later captures are still tried.",
+                            job.info.name, type(exc).__name__, exc)
+                self._discard(job.info)
+
+    def _export(self, job: _Job) -> None:
+        info = job.info
+        stage = self._staging / info.name
+        stage.mkdir(parents=True, exist_ok=True)
+        raw = stage / f".{info.rank.worker}.raw.json"
+        try:
+            job.profiler.export_chrome_trace(str(raw))
+            with open(raw, encoding="utf-8") as f:
+                trace = json.load(f)
+        finally:
+            raw.unlink(missing_ok=True)
+        job.profiler = None  # free the profiler's buffers before writing
+        trace = postprocess(trace, info)
+        writing = stage / f".{trace_file_name(info)}.writing"
+        with gzip.open(writing, "wt", encoding="utf-8", compresslevel=6) as f:
+            json.dump(trace, f, separators=(",", ":"))
+        os.replace(writing, stage / (trace_file_name(info) + _READY))
+        self._waiting.add(info.name)
+        self._try_publish(info.name, force=False)
+
+    def _try_publish(self, name: str, *, force: bool) -> None:
+        stage = self._staging / name
+        ready = sorted(stage.glob("*" + _READY)) if stage.is_dir() else []
+        if not stage.is_dir():
+            self._waiting.discard(name)  # another rank published it
+            return
+        if len(ready) < self._tracing_ranks and not force:
+            return
+        try:
+            (stage / ".publishing").mkdir()
+        except FileExistsError:
+            return  # another rank is publishing
+        final = self._logdir / name
+        for path in ready:
+            os.replace(path, stage / path.name[: -len(_READY)])
+        (stage / ".publishing").rmdir()
+        if final.exists():  # published earlier without us: move our files in one by one
+            for path in stage.glob("*.pt.trace.json.gz"):
+                os.replace(path, final / path.name)
+            _remove_tree(stage)
+        else:
+            os.replace(stage, final)
+        self.exported.append(final)
+        self._waiting.discard(name)
+        if force and len(ready) < self._tracing_ranks:
+            log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
+                        name, len(ready), self._tracing_ranks)
+
+    def _discard(self, info: CaptureInfo) -> None:
+        stage = self._staging / info.name
+        for path in stage.glob(f".{info.rank.worker}*"):
+            path.unlink(missing_ok=True)
+        self._waiting.discard(info.name)
+
+
+def _remove_tree(path: Path) -> None:
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()

@@ -1,0 +1,90 @@
+"""Findings: what the detectors conclude, and every place a finding is delivered."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger("profcallbacks")
+
+Severity = Literal["info", "warning", "error"]
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion about the run, e.g. a dataloader stall or a step slowdown.
+
+    Args:
+        kind: What was found: ``"dataloader_stall"``, ``"sync_point"``, ``"step_slowdown"``, ...
+        step: The step where it was found (0-based optimizer steps).
+        rank: Global rank of the process that found it.
+        severity: ``"info"``, ``"warning"`` or ``"error"``.
+        message: One human sentence, with advice where there is some.
+        details: Numbers and names behind the message (JSON-serialisable).
+
+    Example:
+        >>> f = Finding("step_slowdown", step=120, rank=0, severity="warning", message="slow")
+        >>> f.to_dict()["kind"]
+        'step_slowdown'
+    """
+
+    kind: str
+    step: int
+    rank: int
+    severity: Severity
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(**{k: data[k] for k in ("kind", "step", "rank", "severity", "message")},
+                   details=dict(data.get("details") or {}))
+
+
+FindingHandler = Callable[[Finding], None]
+
+
+class FindingsFile:
+    """Appends findings as JSON lines; one file per rank so ranks never share a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, finding: Finding) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(finding.to_dict(), default=str) + "\n")
+
+
+def log_finding(finding: Finding) -> None:
+    """Sends a finding to ``logging.getLogger("profcallbacks")`` at its severity."""
+    log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %d] %s: %s",
+            finding.rank, finding.step, finding.kind, finding.message)
+
+
+class FindingRouter:
+    """Collects findings and hands each to every handler; a failing handler is dropped."""
+
+    def __init__(self, handlers: list[FindingHandler]) -> None:
+        self.findings: list[Finding] = []
+        self._handlers = list(handlers)
+
+    def add_handler(self, handler: FindingHandler) -> None:
+        self._handlers.append(handler)
+
+    def emit(self, finding: Finding) -> None:
+        self.findings.append(finding)
+        for handler in list(self._handlers):
+            try:
+                handler(finding)
+            except Exception as exc:  # a sink must never stop training
+                log.warning("profcallbacks: finding handler %r failed (%s); it is disabled.",
+                            handler, exc)
+                self._handlers.remove(handler)

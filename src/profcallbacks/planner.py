@@ -1,0 +1,116 @@
+"""Which steps to capture next: the schedule plus on-demand triggers, as one state machine."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from profcallbacks.schedule import Phase, Schedule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One capture: ``warmup`` steps from ``first_step``, then ``active`` recorded steps."""
+
+    first_step: int
+    warmup: int
+    active: int
+    trigger: str
+
+    @property
+    def first_active(self) -> int:
+        return self.first_step + self.warmup
+
+    @property
+    def last_step(self) -> int:
+        return self.first_active + self.active - 1
+
+    @property
+    def name(self) -> str:
+        """Directory name: first captured step and trigger, e.g. ``step000120-schedule``."""
+        return f"step{self.first_active:06d}-{self.trigger}"
+
+    def phase(self, step: int) -> Phase:
+        if self.first_step <= step < self.first_active:
+            return Phase.WARMUP
+        if self.first_active <= step <= self.last_step:
+            return Phase.ACTIVE
+        return Phase.IDLE
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """A capture asked for outside the schedule (API call, CAPTURE file, slowdown alert)."""
+
+    active: int
+    trigger: str
+
+
+class CapturePlanner:
+    """Decides, step by step, whether a capture window is running.
+
+    Scheduled windows depend on the step number alone, so every rank agrees on them without
+    talking. Requested windows start at the next step that is not already inside a window.
+
+    Example:
+        >>> planner = CapturePlanner(Schedule(skip_first=2, warmup=1, active=2), max_captures=5)
+        >>> [planner.phase_for(step).value for step in range(6)]
+        ['idle', 'idle', 'warmup', 'active', 'active', 'idle']
+    """
+
+    def __init__(self, schedule: Schedule | None, *, max_captures: int, warmup: int = 1) -> None:
+        self._schedule = schedule
+        self._max_captures = max_captures
+        self._request_warmup = schedule.warmup if schedule else warmup
+        self._pending: CaptureRequest | None = None
+        self._limit_logged = False
+        self.window: Window | None = None
+        self.captures_started = 0
+
+    def request(self, active: int, trigger: str) -> None:
+        """Ask for a window of ``active`` recorded steps as soon as possible."""
+        if self._pending is None or active > self._pending.active:
+            self._pending = CaptureRequest(active=active, trigger=trigger)
+
+    @property
+    def pending(self) -> CaptureRequest | None:
+        return self._pending
+
+    def phase_for(self, step: int) -> Phase:
+        """Advance to ``step`` and return its phase, opening a new window when one is due."""
+        if self.window is not None and step <= self.window.last_step:
+            return self.window.phase(step)
+        self.window = self._next_window(step)
+        return self.window.phase(step) if self.window else Phase.IDLE
+
+    def _next_window(self, step: int) -> Window | None:
+        window = self._requested_window(step) or self._scheduled_window(step)
+        if window is None:
+            return None
+        if self.captures_started >= self._max_captures:
+            if not self._limit_logged:
+                log.warning("profcallbacks: max_captures=%d reached; no more captures are taken "
+                            "(raise max_captures to keep capturing).", self._max_captures)
+                self._limit_logged = True
+            self._pending = None
+            return None
+        self.captures_started += 1
+        return window
+
+    def _requested_window(self, step: int) -> Window | None:
+        if self._pending is None:
+            return None
+        request, self._pending = self._pending, None
+        return Window(step, self._request_warmup, request.active, request.trigger)
+
+    def _scheduled_window(self, step: int) -> Window | None:
+        if self._schedule is None or self._schedule.phase(step) is Phase.IDLE:
+            return None
+        s = self._schedule
+        cycle_start = step - (step - s.skip_first) % s.cycle_length + s.wait
+        window = Window(cycle_start, s.warmup, s.active, "schedule")
+        if step > window.first_active:  # joined mid-window (e.g. resumed): record what is left
+            return Window(step, 0, window.last_step - step + 1, "schedule")
+        return window

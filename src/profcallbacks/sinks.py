@@ -1,0 +1,79 @@
+"""Where step summaries and findings are written: TensorBoard, JSON-lines files, loggers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.findings import Finding
+from profcallbacks.timing import IntervalSummary
+
+log = logging.getLogger(__name__)
+
+MetricsSink = Callable[[dict[str, float], int], None]
+"""Receives ``{"profcallbacks/step_time_ms": ...}`` and the step number."""
+
+
+class TensorBoardWriter:
+    """Scalars and findings as TensorBoard data, next to the run's own scalars.
+
+    The ``SummaryWriter`` is created on first use; without ``tensorboard`` installed this sink
+    says so once and turns itself off.
+    """
+
+    def __init__(self, logdir: Path) -> None:
+        self._logdir = logdir
+        self._writer: Any = None
+        self._disabled = False
+
+    def _get(self) -> Any:
+        if self._writer is None and not self._disabled:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                log.info("profcallbacks: tensorboard is not installed, so no scalars are written "
+                         "(pip install 'profcallbacks[tensorboard]').")
+                self._disabled = True
+                return None
+            self._writer = SummaryWriter(log_dir=str(self._logdir))
+        return self._writer
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        writer = self._get()
+        if writer is not None:
+            for tag, value in values.items():
+                writer.add_scalar(tag, value, step)
+
+    def finding(self, finding: Finding) -> None:
+        writer = self._get()
+        if writer is not None:
+            writer.add_text(f"profcallbacks/findings/{finding.kind}",
+                            f"**{finding.severity}** (rank {finding.rank}): {finding.message}",
+                            finding.step)
+            writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class StepsFile:
+    """Appends one JSON line per step-time summary, for ``profcallbacks report``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, summary: IntervalSummary, rank: int) -> None:
+        row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
+               "steps": summary.steps, **summary.scalars()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def metric_names(summary: IntervalSummary, prefix: str) -> dict[str, float]:
+    """Scalars of ``summary`` under ``prefix``, e.g. ``profcallbacks/step_time_ms``."""
+    return {f"{prefix}/{name}": value for name, value in summary.scalars().items()}

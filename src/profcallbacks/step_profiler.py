@@ -1,0 +1,108 @@
+"""The plain-PyTorch-loop front end."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from profcallbacks.config import ProfilerConfig
+from profcallbacks.detectors import default_detectors
+from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options import TraceOptions
+from profcallbacks.ranks import RankInfo
+from profcallbacks.schedule import Schedule
+from profcallbacks.session import ProfilingSession
+
+T = TypeVar("T")
+
+
+class StepProfiler:
+    """Profiles a plain training loop: step timing always, torch.profiler only in windows.
+
+    Args:
+        logdir: Directory for traces, scalars and findings (created if missing).
+        schedule: Scheduled captures (``None``: only on demand).
+        trace: What each capture records.
+        max_captures: Most captures in the run, whatever triggers them.
+        capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
+        watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
+        log_every_n_steps: Steps per step-time summary.
+        tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
+        capture_on_slowdown: Capture the slow steps when a slowdown is detected.
+        ranks: Global ranks that write traces (``None``: all).
+        on_finding: Called with each :class:`Finding` as it is made.
+
+    Example:
+        >>> prof = StepProfiler("runs/exp1", schedule=Schedule(skip_first=10, active=5))
+        >>> with prof:                                   # doctest: +SKIP
+        ...     for batch in prof.wrap(loader):
+        ...         train_step(batch); prof.step()
+    """
+
+    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
+                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+                 capture_steps: int = 3, watch_capture_file: bool = True,
+                 log_every_n_steps: int = 50, tensorboard_scalars: bool = True,
+                 capture_on_slowdown: bool = True, ranks: tuple[int, ...] | None = None,
+                 on_finding: FindingHandler | None = None) -> None:
+        config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
+                                capture_steps=capture_steps, watch_capture_file=watch_capture_file,
+                                log_every_n_steps=log_every_n_steps,
+                                tensorboard_scalars=tensorboard_scalars,
+                                capture_on_slowdown=capture_on_slowdown, ranks=ranks)
+        rank = RankInfo.detect()
+        self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
+                                        detectors=default_detectors(config, rank))
+        self.loader: object | None = None
+
+    def __enter__(self) -> StepProfiler:
+        self.session.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.session.close(failed=exc_type is not None)
+
+    def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
+        """Yields from ``iterable``, timing how long each item took to arrive."""
+        self.loader = iterable
+        clock, session = time.perf_counter, self.session
+        start = clock()
+        iterator = iter(iterable)
+        while True:
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            session.data_wait(clock() - start)
+            yield item
+            start = clock()
+
+    def step(self) -> None:
+        """Call once per optimizer step, after it."""
+        self.session.step_end()
+
+    def capture(self, steps: int | None = None) -> None:
+        """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
+        self.session.request_capture(steps, trigger="manual")
+
+    def pause(self) -> None:
+        """Work between steps begins (evaluation, checkpointing): it is timed as no step."""
+        self.session.pause()
+
+    def resume(self) -> None:
+        """The work between steps is over."""
+        self.session.resume()
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.session.findings
+
+    @property
+    def captures(self) -> list[Path]:
+        """Capture directories written so far."""
+        return self.session.captures

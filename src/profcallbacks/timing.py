@@ -1,0 +1,98 @@
+"""Always-on step timing in bounded memory."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Timing of one finished optimizer step.
+
+    Args:
+        step: Step number (0-based).
+        step_time_s: Wall time of the step in seconds, data wait included, pauses excluded.
+        data_wait_s: Seconds spent waiting for the step's batches.
+        captured: The step ran with a profiler attached (warmup or active).
+        after_pause: The step followed a pause (validation, checkpoint) or the start of training.
+    """
+
+    step: int
+    step_time_s: float
+    data_wait_s: float
+    captured: bool = False
+    after_pause: bool = False
+
+    @property
+    def data_share(self) -> float:
+        return self.data_wait_s / self.step_time_s if self.step_time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class IntervalSummary:
+    """Aggregate of the steps since the last summary (what scalars and the steps file hold)."""
+
+    first_step: int
+    last_step: int
+    steps: int
+    step_time_ms_mean: float
+    step_time_ms_median: float
+    step_time_ms_max: float
+    data_wait_ms_mean: float
+
+    @property
+    def data_wait_share(self) -> float:
+        return self.data_wait_ms_mean / self.step_time_ms_mean if self.step_time_ms_mean else 0.0
+
+    def scalars(self) -> dict[str, float]:
+        return {
+            "step_time_ms": self.step_time_ms_mean,
+            "step_time_ms_median": self.step_time_ms_median,
+            "step_time_ms_max": self.step_time_ms_max,
+            "data_wait_ms": self.data_wait_ms_mean,
+            "data_wait_share": self.data_wait_share,
+        }
+
+
+class StepTimes:
+    """Keeps the last ``history`` steps and summarises them every ``interval`` steps.
+
+    Example:
+        >>> times = StepTimes(history=100, interval=2)
+        >>> times.add(StepRecord(0, 0.010, 0.002))
+        >>> times.add(StepRecord(1, 0.030, 0.002)).steps
+        2
+    """
+
+    def __init__(self, *, history: int = 2048, interval: int = 50) -> None:
+        self.recent: deque[StepRecord] = deque(maxlen=history)
+        self._interval = interval
+        self._pending: list[StepRecord] = []
+        self.total_steps = 0
+
+    def add(self, record: StepRecord) -> IntervalSummary | None:
+        """Store ``record``; returns a summary when an interval is complete."""
+        self.recent.append(record)
+        self.total_steps += 1
+        self._pending.append(record)
+        if len(self._pending) < self._interval:
+            return None
+        return self.flush()
+
+    def flush(self) -> IntervalSummary | None:
+        """Summarise whatever is pending (also a partial interval, e.g. at the end)."""
+        if not self._pending:
+            return None
+        records, self._pending = self._pending, []
+        times = [r.step_time_s * 1e3 for r in records]
+        return IntervalSummary(
+            first_step=records[0].step,
+            last_step=records[-1].step,
+            steps=len(records),
+            step_time_ms_mean=statistics.fmean(times),
+            step_time_ms_median=statistics.median(times),
+            step_time_ms_max=max(times),
+            data_wait_ms_mean=statistics.fmean(r.data_wait_s * 1e3 for r in records),
+        )

@@ -98,6 +98,7 @@ class ProfilingSession:
         self._steps_file = StepsFile(meta / f"rank{self.rank.rank}.steps.jsonl")
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
+            self._tensorboard.start()  # import and create now, not inside a timed step
             self._router.add_handler(self._tensorboard.finding)
         if self.config.watch_capture_file and self.rank.rank == 0:
             self._file_trigger = CaptureFileTrigger(self.logdir,
@@ -107,7 +108,7 @@ class ProfilingSession:
                                                                       self.rank.world_size))
         self._tid = threading.get_native_id()
         self._opened = True
-        self._begin_step(self._clock(), wall_ns())
+        self._begin_step()
         self._after_pause = True
 
     def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
@@ -149,7 +150,7 @@ class ProfilingSession:
             for finding in detector.observe(record):
                 self._on_detector_finding(finding)
         self.step += 1
-        self._begin_step(now, now_ns)
+        self._begin_step()
 
     def close(self, *, failed: bool = False) -> None:
         """Stop any capture (exported as partial), flush summaries and finish exports."""
@@ -166,28 +167,28 @@ class ProfilingSession:
         if self._tensorboard is not None:
             self._tensorboard.close()
 
-    def _begin_step(self, now: float, now_ns: int) -> None:
+    def _begin_step(self) -> None:
+        """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
         if self._file_trigger is not None:
-            requested = self._file_trigger.poll(now)
+            requested = self._file_trigger.poll(self._step_start)
             if requested is not None:
                 self.request_capture(requested or None, trigger="file")
-        if self._update_capture():  # profiler start/stop time belongs to no step
-            now, now_ns = self._clock(), wall_ns()
-        self._step_start, self._step_start_ns = now, now_ns
+        self._update_capture()
+        self._step_start, self._step_start_ns = self._clock(), wall_ns()
         self._data_wait = 0.0
         self._after_pause = False
 
-    def _update_capture(self) -> bool:
-        """Open, advance or close the capture window for ``self.step``; True if anything ran."""
+    def _update_capture(self) -> None:
+        """Open, advance or close the capture window for ``self.step``."""
         phase = self._planner.phase_for(self.step)
         capture = self._capture
         if capture is None and phase is Phase.IDLE:
-            return False
+            return
         if capture is not None and (phase is Phase.IDLE or capture.window != self._planner.window):
             self._finish_capture(partial=False)
             capture = None
         if phase is Phase.IDLE or not self.config.traces_rank(self.rank.rank):
-            return True
+            return
         try:
             if capture is None:
                 assert self._planner.window is not None
@@ -197,7 +198,6 @@ class ProfilingSession:
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
                         "capture is skipped.", self.step, exc)
             self._capture = None
-        return True
 
     def _finish_capture(self, *, partial: bool) -> None:
         capture, self._capture = self._capture, None

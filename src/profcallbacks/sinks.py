@@ -29,6 +29,9 @@ class TensorBoardWriter:
         self._writer: Any = None
         self._disabled = False
 
+    def start(self) -> None:
+        self._get()
+
     def _get(self) -> Any:
         if self._writer is None and not self._disabled:
             try:

@@ -30,6 +30,7 @@ class StepProfiler:
         max_captures: Most captures in the run, whatever triggers them.
         capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
         watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
+        capture_file_poll_s: Seconds between checks for that file.
         log_every_n_steps: Steps per step-time summary.
         tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
         capture_on_slowdown: Capture the slow steps when a slowdown is detected.
@@ -46,11 +47,12 @@ class StepProfiler:
     def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
                  trace: TraceOptions = TraceOptions(), max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
-                 log_every_n_steps: int = 50, tensorboard_scalars: bool = True,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50, tensorboard_scalars: bool = True,
                  capture_on_slowdown: bool = True, ranks: tuple[int, ...] | None = None,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                 capture_steps=capture_steps, watch_capture_file=watch_capture_file,
+                                capture_file_poll_s=capture_file_poll_s,
                                 log_every_n_steps=log_every_n_steps,
                                 tensorboard_scalars=tensorboard_scalars,
                                 capture_on_slowdown=capture_on_slowdown, ranks=ranks)

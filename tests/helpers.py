@@ -1,0 +1,54 @@
+"""Shared test helpers: a tiny model, a training step, and trace-file readers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def tiny_model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    x = torch.randn(8, 16)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def capture_dirs(logdir: Path) -> list[Path]:
+    return sorted(p for p in logdir.iterdir() if p.is_dir() and p.name.startswith("step"))
+
+
+def trace_files(capture_dir: Path) -> list[Path]:
+    return sorted(capture_dir.glob("*.pt.trace.json.gz"))
+
+
+def profiler_steps(trace: dict[str, Any]) -> list[int]:
+    """Step numbers of the ``ProfilerStep#N`` ranges in a trace, in order."""
+    names = [e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    return sorted(int(n.split("#")[1]) for n in names)
+
+
+def captured_steps(logdir: Path) -> dict[str, list[int]]:
+    """``{capture directory name: steps}`` read from the trace files."""
+    out = {}
+    for d in capture_dirs(logdir):
+        files = trace_files(d)
+        assert len(files) == 1, f"{d} holds {files}"
+        out[d.name] = profiler_steps(load_trace(files[0]))
+    return out

@@ -47,8 +47,9 @@ class StepProfiler:
     def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
                  trace: TraceOptions = TraceOptions(), max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50, tensorboard_scalars: bool = True,
-                 capture_on_slowdown: bool = True, ranks: tuple[int, ...] | None = None,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
+                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
+                 ranks: tuple[int, ...] | None = None,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                 capture_steps=capture_steps, watch_capture_file=watch_capture_file,

@@ -2,6 +2,8 @@
 
 from profcallbacks._version import __version__
 from profcallbacks.config import ProfilerConfig
+from profcallbacks.detectors.slowdown import SlowdownConfig
+from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.findings import Finding
 from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
@@ -16,6 +18,8 @@ __all__ = [
     "ProfilingSession",
     "RankInfo",
     "Schedule",
+    "SlowdownConfig",
+    "StallConfig",
     "StepProfiler",
     "TraceOptions",
     "__version__",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from profcallbacks.detectors.slowdown import SlowdownConfig
+from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.options import TraceOptions
 from profcallbacks.schedule import Schedule
 
@@ -29,6 +31,9 @@ class ProfilerConfig:
         tensorboard_scalars: Write ``profcallbacks/*`` scalars and findings with a SummaryWriter.
         capture_on_slowdown: A slowdown alert starts a capture of the slow steps.
         ranks: Global ranks that write traces (``None``: all). Every rank still times its steps.
+        stall: Dataloader-stall detection (``None``: off).
+        slowdown: Step-slowdown alerts (``None``: off).
+        sync_audit: Look for host-device sync points in the user's code.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -45,6 +50,9 @@ class ProfilerConfig:
     tensorboard_scalars: bool = True
     capture_on_slowdown: bool = True
     ranks: tuple[int, ...] | None = None
+    stall: StallConfig | None = field(default_factory=StallConfig)
+    slowdown: SlowdownConfig | None = field(default_factory=SlowdownConfig)
+    sync_audit: bool = True
 
     def __post_init__(self) -> None:
         if self.schedule is not None and not isinstance(self.schedule, Schedule):

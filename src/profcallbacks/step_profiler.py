@@ -11,6 +11,8 @@ from typing import TypeVar
 
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.detectors import default_detectors
+from profcallbacks.detectors.slowdown import SlowdownConfig
+from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
@@ -35,6 +37,9 @@ class StepProfiler:
         tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
         capture_on_slowdown: Capture the slow steps when a slowdown is detected.
         ranks: Global ranks that write traces (``None``: all).
+        stall: Dataloader-stall detection settings (``None``: off).
+        slowdown: Step-slowdown alert settings (``None``: off).
+        sync_audit: Look for host-device sync points in the user's code.
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -50,13 +55,16 @@ class StepProfiler:
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
+                 stall: StallConfig | None = StallConfig(),
+                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                 capture_steps=capture_steps, watch_capture_file=watch_capture_file,
                                 capture_file_poll_s=capture_file_poll_s,
                                 log_every_n_steps=log_every_n_steps,
                                 tensorboard_scalars=tensorboard_scalars,
-                                capture_on_slowdown=capture_on_slowdown, ranks=ranks)
+                                capture_on_slowdown=capture_on_slowdown, ranks=ranks,
+                                stall=stall, slowdown=slowdown, sync_audit=sync_audit)
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
                                         detectors=default_detectors(config, rank))

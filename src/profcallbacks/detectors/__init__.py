@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from profcallbacks.config import ProfilerConfig
+from typing import TYPE_CHECKING
+
 from profcallbacks.ranks import RankInfo
-from profcallbacks.session import Detector
+
+if TYPE_CHECKING:
+    from profcallbacks.config import ProfilerConfig
+    from profcallbacks.session import Detector
 
 
 def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:

@@ -71,6 +71,7 @@ class ProfilingSession:
         self._step_start = 0.0
         self._step_start_ns = 0
         self._data_wait = 0.0
+        self._wait_from = 0.0
         self._after_pause = True
         self._paused = False
         self._opened = False
@@ -122,6 +123,17 @@ class ProfilingSession:
         """Add ``seconds`` spent waiting for a batch of the current step."""
         self._data_wait += seconds
 
+    def batch_arrived(self) -> None:
+        """A batch of the current step is in hand (for front ends with hooks, not iterators).
+
+        The time since the step began, or since the last ``batch_done()``, counts as data wait.
+        """
+        self._data_wait += self._clock() - self._wait_from
+
+    def batch_done(self) -> None:
+        """A micro-batch of the current step is done; waiting for the next one starts now."""
+        self._wait_from = self._clock()
+
     def pause(self) -> None:
         """Work between steps begins (validation, checkpointing): it belongs to no step."""
         self._paused = True
@@ -131,6 +143,7 @@ class ProfilingSession:
         if self._paused:
             self._paused = False
             self._step_start, self._step_start_ns = self._clock(), wall_ns()
+            self._wait_from = self._step_start
             self._data_wait = 0.0
             self._after_pause = True
 
@@ -175,6 +188,7 @@ class ProfilingSession:
                 self.request_capture(requested or None, trigger="file")
         self._update_capture()
         self._step_start, self._step_start_ns = self._clock(), wall_ns()
+        self._wait_from = self._step_start
         self._data_wait = 0.0
         self._after_pause = False
 

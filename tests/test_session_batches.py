@@ -1,0 +1,36 @@
+"""ProfilingSession.batch_arrived()/batch_done(): data wait measured by the core from its clock."""
+
+from profcallbacks import ProfilerConfig, ProfilingSession
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_data_wait_covers_every_micro_batch_and_restarts_after_resume(tmp_path):
+    clock = FakeClock()
+    session = ProfilingSession(ProfilerConfig(schedule=None, tensorboard_scalars=False), tmp_path,
+                               clock=clock)
+    session.open()
+    for _ in range(3):  # one step of three micro-batches: 2 s wait, 1 s compute each
+        clock.now += 2.0
+        session.batch_arrived()
+        clock.now += 1.0
+        session.batch_done()
+    session.step_end()
+    session.pause()
+    clock.now += 50.0  # validation: neither wait nor step time
+    session.resume()
+    clock.now += 0.5
+    session.batch_arrived()
+    clock.now += 1.0
+    session.step_end()
+    session.close()
+    first, second = session._times.recent
+    assert (first.step_time_s, first.data_wait_s) == (9.0, 6.0)
+    assert (second.step_time_s, second.data_wait_s) == (1.5, 0.5)
+    assert second.after_pause

@@ -1,0 +1,51 @@
+"""The example's captures, as the real TensorBoard PyTorch profiler plugin serves them."""
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import capture_dirs, captured_steps
+from tb_server import tensorboard
+
+pytestmark = pytest.mark.slow
+EXAMPLE = Path(__file__).parents[1] / "examples" / "plain_loop.py"
+
+
+@pytest.fixture(scope="module")
+def example_logdir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("tb") / "demo"
+    subprocess.run([sys.executable, str(EXAMPLE), "--logdir", str(logdir), "--steps", "90",
+                    "--delay-ms", "1.0"], check=True, capture_output=True, timeout=300)
+    return logdir
+
+
+def test_plugin_lists_each_capture_with_its_rank_steps_and_dataloader_time(example_logdir):
+    expected = captured_steps(example_logdir)
+    assert len(expected) == 3  # two scheduled, one manual
+    host = socket.gethostname().split(".")[0]
+    with tensorboard(example_logdir) as tb:
+        runs = tb.wait_for_runs(set(expected))
+        assert sorted(runs) == sorted(expected)  # staging directory never shows up as a run
+        for run, steps in expected.items():
+            assert "Overview" in tb.get("/views", run=run)
+            workers = tb.get("/workers", run=run, view="Overview")
+            assert workers == [f"rank0_{host}".replace(".", "-")]
+            (span,) = tb.get("/spans", run=run, worker=workers[0])
+            overview = tb.get("/overview", run=run, worker=workers[0], span=span)
+            rows = overview["steps"]["rows"]
+            assert [int(row[0]) for row in rows] == steps
+            columns = [c["name"] for c in overview["steps"]["columns"] if c.get("type") == "number"]
+            loader_share = next(c for c in overview["performance"][0]["children"]
+                                if c["name"] == "DataLoader")["extra"]
+            assert columns[0] == "DataLoader" and all(row[1] > 0 for row in rows)
+            assert loader_share > 5.0  # percent of step time: the slow loader is visible
+
+
+def test_capture_dirs_appear_whole(example_logdir):
+    for d in capture_dirs(example_logdir):
+        assert [p.suffixes[-2:] for p in d.iterdir()] == [[".json", ".gz"]]
+    staging = example_logdir / ".profcallbacks-staging"
+    assert not staging.exists() or not any(staging.rglob("*.*"))

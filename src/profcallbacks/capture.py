@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+import torch
 from torch.profiler import profile
 
 from profcallbacks.options import TraceOptions
@@ -40,6 +41,9 @@ class TraceCapture:
     def warm_up(self) -> None:
         """Start the profiler without keeping events (the window's warmup steps)."""
         if self._state == "created":
+            if torch.autograd._profiler_enabled():
+                raise RuntimeError("another torch.profiler is already running in this process "
+                                   "(e.g. Trainer(profiler=...)); only one can record at a time")
             self._profiler.prepare_trace()
             self._state = "warm"
 

@@ -1,0 +1,116 @@
+"""Bad input is rejected before step 1; profiling faults never stop training or leave half files."""
+
+import errno
+import gzip
+import logging
+import os
+
+import pytest
+import torch
+
+from helpers import capture_dirs, captured_steps, tiny_model, train_step
+from profcallbacks import ProfilerConfig, Schedule, StepProfiler, TraceOptions
+
+
+def test_file_path_logdir_fails_at_enter(tmp_path):
+    path = tmp_path / "not-a-dir"
+    path.write_text("x")
+    prof = StepProfiler(path, schedule=None)
+    with pytest.raises(NotADirectoryError, match="not-a-dir.*is a file"):
+        prof.__enter__()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_logdir_fails_at_enter(tmp_path):
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError, match="not writable"), StepProfiler(tmp_path / "x"):
+            pass
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_unwritable_logdir_fails_at_enter_even_as_root(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="not writable"), StepProfiler(blocker / "sub"):
+        pass
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_captures": 0}, "max_captures must be an int of at least 1, got 0"),
+    ({"log_every_n_steps": -5}, "log_every_n_steps must be an int of at least 1, got -5"),
+    ({"capture_file_poll_s": 0}, r"capture_file_poll_s=0\)"),
+    ({"ranks": (-1,)}, r"ranks=\(-1,\)"),
+    ({"schedule": "10,1,3"}, "schedule='10,1,3': expected profcallbacks.Schedule"),
+])
+def test_bad_options_rejected_at_construction(tmp_path, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        StepProfiler(tmp_path, **kwargs)
+
+
+def test_bad_activity_named():
+    with pytest.raises(ValueError, match=r"activities=\('tpu',\)"):
+        TraceOptions(activities=("tpu",))
+
+
+def test_capture_steps_validated():
+    with pytest.raises(ValueError, match="capture_steps"):
+        ProfilerConfig(capture_steps=0)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_exception_inside_active_window(tmp_path, error):
+    model, opt = tiny_model()
+    with pytest.raises(type(error)), StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=1,
+                                                                               active=5)) as prof:
+        for i in range(10):
+            train_step(model, opt)
+            prof.step()
+            if i == 4:
+                raise error
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert captured_steps(tmp_path) == {"step000002-schedule-partial": [2, 3, 4]}
+    for path in tmp_path.rglob("*.gz"):  # every file is a complete gzip stream
+        with gzip.open(path, "rb") as f:
+            f.read()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith((".writing", ".ready", ".raw.json"))]
+    fresh = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with fresh:
+        train_step(model, opt)
+    assert len(fresh.events()) > 0
+
+
+def test_disk_full_during_export_warns_once_and_training_continues(tmp_path, monkeypatch, caplog):
+    real_open = gzip.open
+    calls = {"n": 0}
+
+    def full_disk_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(gzip, "open", full_disk_once)
+    model, opt = tiny_model()
+    schedule = Schedule(skip_first=1, wait=1, warmup=0, active=2, repeat=2)
+    with caplog.at_level(logging.WARNING), StepProfiler(tmp_path, schedule=schedule) as prof:
+        for _ in range(10):
+            train_step(model, opt)
+            prof.step()
+    warnings = [r for r in caplog.records if "could not export" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
+    assert captured_steps(tmp_path) == {"step000005-schedule": [5, 6]}  # later window still tried
+    assert [d.name for d in capture_dirs(tmp_path)] == ["step000005-schedule"]
+    assert not list((tmp_path / ".profcallbacks-staging").rglob("*.*"))
+
+
+def test_second_profiler_already_running_does_not_crash_training(tmp_path, caplog):
+    model, opt = tiny_model()
+    outer = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with outer, caplog.at_level(logging.WARNING):
+        with StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=0, active=2)) as prof:
+            for _ in range(5):
+                train_step(model, opt)
+                prof.step()
+    assert any("could not start the profiler" in r.getMessage() for r in caplog.records)

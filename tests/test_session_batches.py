@@ -34,3 +34,18 @@ def test_data_wait_covers_every_micro_batch_and_restarts_after_resume(tmp_path):
     assert (first.step_time_s, first.data_wait_s) == (9.0, 6.0)
     assert (second.step_time_s, second.data_wait_s) == (1.5, 0.5)
     assert second.after_pause
+
+
+def test_restore_counts_earlier_captures_towards_max_captures(tmp_path):
+    from profcallbacks import Schedule
+
+    config = ProfilerConfig(schedule=Schedule(skip_first=0, warmup=0, active=1, repeat=0),
+                            max_captures=3, tensorboard_scalars=False)
+    session = ProfilingSession(config, tmp_path, start_step=10)
+    session.restore(captures_started=2)
+    session.open()
+    for _ in range(4):
+        session.step_end()
+    session.close()
+    assert session.captures_started == 3
+    assert [p.name for p in session.captures] == ["step000010-schedule"]

@@ -85,6 +85,15 @@ class ProfilingSession:
         """Capture directories exported so far."""
         return list(self._exporter.exported) if self._exporter else []
 
+    @property
+    def captures_started(self) -> int:
+        """Capture windows opened so far (they count towards ``max_captures``)."""
+        return self._planner.captures_started
+
+    def restore(self, *, captures_started: int) -> None:
+        """Continue a resumed run: windows opened before the restart count towards ``max_captures``."""
+        self._planner.captures_started = captures_started
+
     def add_finding_handler(self, handler: FindingHandler) -> None:
         self._router.add_handler(handler)
 

@@ -68,6 +68,7 @@ class CapturePlanner:
         self._limit_logged = False
         self.window: Window | None = None
         self.captures_started = 0
+        self._next_due = self._due_from(0)
 
     def request(self, active: int, trigger: str) -> None:
         """Ask for a window of ``active`` recorded steps as soon as possible."""
@@ -82,8 +83,23 @@ class CapturePlanner:
         """Advance to ``step`` and return its phase, opening a new window when one is due."""
         if self.window is not None and step <= self.window.last_step:
             return self.window.phase(step)
+        if self._pending is None and step < self._next_due:  # the common case: nothing due
+            self.window = None
+            return Phase.IDLE
         self.window = self._next_window(step)
-        return self.window.phase(step) if self.window else Phase.IDLE
+        if self.window is None:
+            self._next_due = self._due_from(step + 1)
+            return Phase.IDLE
+        return self.window.phase(step)
+
+    def _due_from(self, step: int) -> float:
+        """First step at or after ``step`` where a scheduled window may begin (inf: never)."""
+        if self._schedule is None or self.captures_started >= self._max_captures:
+            return float("inf")
+        if self._schedule.phase(step) is not Phase.IDLE:
+            return step
+        start = self._schedule.next_window_start(step)
+        return float("inf") if start is None else start
 
     def _next_window(self, step: int) -> Window | None:
         window = self._requested_window(step) or self._scheduled_window(step)

@@ -12,8 +12,10 @@ from typing import Protocol
 
 from profcallbacks.capture import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
+from profcallbacks.detectors import default_auditor
 from profcallbacks.export import TraceExporter
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
+from profcallbacks.loaders import describe_loader
 from profcallbacks.planner import CapturePlanner
 from profcallbacks.postprocess import CaptureInfo
 from profcallbacks.ranks import RankInfo
@@ -34,6 +36,18 @@ class Detector(Protocol):
     def observe(self, record: StepRecord) -> Iterable[Finding]: ...
 
 
+class StepAuditor(Protocol):
+    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps."""
+
+    next_step: int | None  # audit this step (or the first one after it outside a capture)
+
+    def begin_step(self, step: int) -> None: ...
+
+    def end_step(self, step: int) -> Iterable[Finding]: ...
+
+    def cancel(self) -> None: ...
+
+
 class ProfilingSession:
     """Turns step boundaries into timings, findings and capture windows.
 
@@ -51,12 +65,14 @@ class ProfilingSession:
     def __init__(self, config: ProfilerConfig, logdir: Path, *, rank: RankInfo | None = None,
                  clock: Clock = time.perf_counter, on_finding: FindingHandler | None = None,
                  detectors: Iterable[Detector] = (), metrics_sinks: Iterable[MetricsSink] = (),
-                 start_step: int = 0) -> None:
+                 start_step: int = 0, auditor: StepAuditor | None = None) -> None:
         self.config = config
         self.logdir = Path(logdir)
         self.rank = rank or RankInfo.detect()
         self._clock = clock
         self._detectors = list(detectors)
+        self._auditor = auditor if auditor is not None else default_auditor(config, self.rank)
+        self._auditing = False
         self._metrics_sinks = list(metrics_sinks)
         self._router = FindingRouter([log_finding] + ([on_finding] if on_finding else []))
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
@@ -93,6 +109,18 @@ class ProfilingSession:
     def restore(self, *, captures_started: int) -> None:
         """Continue a resumed run: windows opened before the restart count towards ``max_captures``."""
         self._planner.captures_started = captures_started
+
+    def set_loader(self, loader: object) -> None:
+        """Tell the detectors which loader feeds the steps (its settings shape their advice)."""
+        try:
+            info = describe_loader(loader)
+        except Exception as exc:
+            log.warning("profcallbacks: cannot read the loader's settings (%s).", exc)
+            return
+        for detector in self._detectors:
+            receive = getattr(detector, "set_loader", None)
+            if receive is not None:
+                receive(info)
 
     def add_finding_handler(self, handler: FindingHandler) -> None:
         self._router.add_handler(handler)
@@ -146,6 +174,8 @@ class ProfilingSession:
     def pause(self) -> None:
         """Work between steps begins (validation, checkpointing): it belongs to no step."""
         self._paused = True
+        if self._auditing:
+            self._stop_audit(cancel=True)
 
     def resume(self) -> None:
         """The work between steps is over: the next step starts timing now."""
@@ -163,14 +193,18 @@ class ProfilingSession:
         capture = self._capture
         if capture is not None and capture.recording:
             capture.add_span(self.step, self._step_start_ns, now_ns)
+        audited = self._stop_audit(cancel=False) if self._auditing else None
         record = StepRecord(self.step, now - self._step_start, self._data_wait,
-                            captured=capture is not None, after_pause=self._after_pause)
+                            captured=capture is not None or audited is not None,
+                            after_pause=self._after_pause)
         summary = self._times.add(record)
         if summary is not None:
             self._publish_summary(summary)
         for detector in self._detectors:
             for finding in detector.observe(record):
                 self._on_detector_finding(finding)
+        for finding in audited or ():
+            self.emit(finding)
         self.step += 1
         self._begin_step()
 
@@ -179,6 +213,8 @@ class ProfilingSession:
         if not self._opened:
             return
         self._opened = False
+        if self._auditing:
+            self._stop_audit(cancel=True)
         if self._capture is not None:
             self._finish_capture(partial=True)
         summary = self._times.flush()
@@ -188,6 +224,8 @@ class ProfilingSession:
             self._exporter.close(timeout_s=10.0 if failed else 120.0)
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._steps_file is not None:
+            self._steps_file.close()
 
     def _begin_step(self) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
@@ -196,6 +234,10 @@ class ProfilingSession:
             if requested is not None:
                 self.request_capture(requested or None, trigger="file")
         self._update_capture()
+        auditor = self._auditor
+        if auditor is not None and auditor.next_step is not None and \
+                self.step >= auditor.next_step and self._capture is None:
+            self._start_audit(auditor)
         self._step_start, self._step_start_ns = self._clock(), wall_ns()
         self._wait_from = self._step_start
         self._data_wait = 0.0
@@ -238,6 +280,33 @@ class ProfilingSession:
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
                            tid=self._tid, rank=self.rank, backend=_backend())
         self._exporter.submit(profiler, info)
+
+    def _start_audit(self, auditor: StepAuditor) -> None:
+        try:
+            auditor.begin_step(self.step)
+            self._auditing = True
+        except Exception as exc:
+            log.warning("profcallbacks: the sync audit failed to start (%s); it is disabled.", exc)
+            self._auditor = None
+
+    def _stop_audit(self, *, cancel: bool) -> list[Finding]:
+        """End the audit of this step; its findings once the last audited step is done."""
+        self._auditing = False
+        auditor = self._auditor
+        try:
+            if auditor is None:
+                return []
+            if cancel:
+                auditor.cancel()
+                return []
+            findings = list(auditor.end_step(self.step))
+            if auditor.next_step is None:
+                self._auditor = None
+            return findings
+        except Exception as exc:
+            log.warning("profcallbacks: the sync audit failed (%s); it is disabled.", exc)
+            self._auditor = None
+            return []
 
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)

@@ -1,18 +1,304 @@
-"""Step-slowdown alerts (issue 6 fleshes this out)."""
+"""Step-slowdown alerts: a robust online baseline of step time and a hysteresis alarm on top of it.
+
+How it decides (all numbers are eligible steps: not captured, not right after a pause or start,
+past ``warmup_steps``):
+
+- Baseline. The first ``baseline_steps`` eligible steps give the baseline: their median. After
+  that, every further block of ``baseline_steps`` steps yields a block median, and the baseline
+  moves *down* to a speed that two consecutive blocks confirm, never up. A baseline that followed
+  the run upwards would follow a slow drift and never alert; the fastest confirmed speed does not.
+- Window statistic. The mean of the last ``window`` step times, each step capped at
+  ``spike_cap`` x baseline, so a one-off 3x spike moves it by at most ``(spike_cap - 1)/window``.
+  It costs O(1) per step (a running sum over a ring).
+- Alert. The window statistic at or above ``threshold`` x baseline for ``patience`` steps in a
+  row raises one ``step_slowdown`` warning for the episode; the first slow step is the most likely
+  change point in the recent steps (a CUSUM estimate).
+- Hysteresis and recovery. The episode ends when the statistic stays below ``recover_threshold``
+  x baseline for ``patience`` steps: an info finding ``step_speed_recovered``.
+- Re-baselining. An episode that lasts ``rebaseline_after_steps`` eligible steps after its alert
+  is taken as the run's new normal: the baseline becomes the median of the last ``window`` steps,
+  an info finding ``step_baseline_reset`` says so, and only a further slowdown alerts again.
+- Captures. Each alert asks the session for a capture (trigger ``slowdown``) unless one was asked
+  for in the last ``capture_cooldown_steps`` steps (``details["capture"]`` says which).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from profcallbacks.findings import Finding
+from profcallbacks.timing import StepRecord
+
+if TYPE_CHECKING:
+    from profcallbacks.detectors.straggler import StragglerConfig
+
+log = logging.getLogger(__name__)
+
+
+def _check_int(name: str, value: object, minimum: int, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"SlowdownConfig({name}={value!r}): {name} must be an int of at least "
+                         f"{minimum}. Use e.g. {name}={example}.")
 
 
 @dataclass(frozen=True)
 class SlowdownConfig:
-    """When slower steps raise an alert.
+    """When slower steps raise an alert (see the module docstring for the method).
 
     Args:
-        threshold: Ratio of observed to baseline step time that counts as slow (1.25 = 25% slower).
+        threshold: Ratio of recent to baseline step time that counts as slow (1.2 = 20% slower).
+            Sustained slowdowns of 25% or more are alerted within ~35 steps with the defaults.
+        recover_threshold: Ratio below which a slow episode is over; between 1 and ``threshold``
+            (``None``: halfway, 1.1 for the default threshold).
         warmup_steps: Steps after start that never enter the baseline.
+        baseline_steps: Steps per baseline block (the baseline is a block median).
+        window: Recent steps whose capped mean is compared with the baseline.
+        patience: Consecutive steps the comparison must hold before an alert (or a recovery).
+        spike_cap: Single steps count as at most ``spike_cap`` x baseline in the window mean.
+        rebaseline_after_steps: Steps an alerted episode must last before its level becomes the
+            new baseline (``None``: never re-baseline).
+        capture_cooldown_steps: Fewest steps between two captures asked for by slowdown alerts.
+        straggler: Cross-rank straggler check (``None``: off; see ``StragglerConfig``).
+
+    Example:
+        >>> SlowdownConfig(threshold=1.3, window=40).recover_ratio
+        1.15
     """
 
-    threshold: float = 1.25
+    threshold: float = 1.2
+    recover_threshold: float | None = None
     warmup_steps: int = 20
+    baseline_steps: int = 100
+    window: int = 30
+    patience: int = 3
+    spike_cap: float = 1.4
+    rebaseline_after_steps: int | None = 200
+    capture_cooldown_steps: int = 500
+    straggler: StragglerConfig | None = None
+
+    def __post_init__(self) -> None:
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
+            raise ValueError(f"SlowdownConfig(threshold={t!r}): threshold is a ratio of step "
+                             "times and must be above 1. Use e.g. threshold=1.2 (20% slower).")
+        r = self.recover_threshold
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                              or not 1.0 <= r < t):
+            raise ValueError(f"SlowdownConfig(recover_threshold={r!r}): must be at least 1 and "
+                             f"below threshold={t}. Use e.g. recover_threshold=1.1, or None.")
+        s = self.spike_cap
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > t:
+            raise ValueError(f"SlowdownConfig(spike_cap={s!r}): must be above threshold={t}, "
+                             "or capped steps could never reach it. Use e.g. spike_cap=1.4.")
+        _check_int("warmup_steps", self.warmup_steps, 0, "20")
+        _check_int("baseline_steps", self.baseline_steps, 5, "100")
+        _check_int("window", self.window, 3, "30")
+        _check_int("patience", self.patience, 1, "3")
+        _check_int("capture_cooldown_steps", self.capture_cooldown_steps, 0, "500")
+        if self.rebaseline_after_steps is not None:
+            _check_int("rebaseline_after_steps", self.rebaseline_after_steps, 1, "200")
+        if self.straggler is not None:
+            from profcallbacks.detectors.straggler import StragglerConfig
+
+            if not isinstance(self.straggler, StragglerConfig):
+                raise TypeError(f"SlowdownConfig(straggler={self.straggler!r}): expected "
+                                "profcallbacks.StragglerConfig(...) or None.")
+
+    @property
+    def recover_ratio(self) -> float:
+        """``recover_threshold``, or halfway between 1 and ``threshold`` when not given."""
+        if self.recover_threshold is not None:
+            return float(self.recover_threshold)
+        return round(1.0 + (self.threshold - 1.0) / 2, 6)
+
+
+class SlowdownDetector:
+    """Raises one ``step_slowdown`` finding per episode of slower steps; O(1) work per step.
+
+    Args:
+        config: Thresholds and window sizes.
+        rank: Global rank written into findings.
+
+    Example:
+        >>> det = SlowdownDetector(SlowdownConfig(warmup_steps=0, baseline_steps=5, window=3))
+        >>> found = [f for i in range(40) for f in det.observe(StepRecord(i, 0.01 * (1 + (i > 20)), 0))]
+        >>> [(f.kind, f.details["ratio"]) for f in found]
+        [('step_slowdown', 2.0)]
+    """
+
+    def __init__(self, config: SlowdownConfig, *, rank: int = 0) -> None:
+        self.config = config
+        self.rank = rank
+        self.baseline_s: float | None = None
+        self.slow = False
+        self._threshold = float(config.threshold)
+        self._recover = config.recover_ratio
+        self._seen = 0
+        self._block: list[float] = []
+        self._last_block_median: float | None = None
+        self._ring = [0.0] * config.window       # capped step times, for the running sum
+        self._pos = 0
+        self._filled = 0
+        self._sum = 0.0
+        self._cap_s = 0.0
+        self._recent: deque[tuple[int, float]] = deque(maxlen=2 * config.window + config.patience)
+        self._run = 0                             # consecutive steps over (or under) the line
+        self._alert_step = 0
+        self._slow_steps = 0                      # eligible steps since the alert
+        self._last_capture: int | None = None
+        self._disabled = False
+
+    @property
+    def ratio(self) -> float | None:
+        """Capped window mean over baseline, once both exist."""
+        if self.baseline_s is None or self._filled < len(self._ring):
+            return None
+        return self._sum / (self._filled * self.baseline_s)
+
+    def scalars(self) -> dict[str, float]:
+        """Values the session logs with each step-time summary."""
+        ratio = self.ratio
+        if ratio is None or self.baseline_s is None:
+            return {}
+        return {"slowdown_ratio": ratio, "baseline_step_time_ms": self.baseline_s * 1e3}
+
+    def observe(self, record: StepRecord) -> Iterable[Finding]:
+        """Takes one finished step; returns the findings it completes (usually none)."""
+        if self._disabled:
+            return ()
+        try:
+            return self._observe(record)
+        except Exception as exc:  # never stop training over a detector
+            log.warning("profcallbacks: slowdown detector failed at step %d (%s); it is "
+                        "disabled for the rest of the run.", record.step, exc)
+            self._disabled = True
+            return ()
+
+    def _observe(self, record: StepRecord) -> Iterable[Finding]:
+        self._seen += 1
+        if record.captured or record.after_pause or self._seen <= self.config.warmup_steps:
+            return ()
+        t = record.step_time_s
+        self._recent.append((record.step, t))
+        block = self._block
+        block.append(t)
+        rebuilt = len(block) >= self.config.baseline_steps and self._close_block()
+        if self.baseline_s is None:
+            return ()
+        ring = self._ring
+        if not rebuilt:  # else the ring was rebuilt from recent steps, this one included
+            capped = t if t < self._cap_s else self._cap_s
+            pos = self._pos
+            self._sum += capped - ring[pos]
+            ring[pos] = capped
+            self._pos = pos + 1 if pos + 1 < len(ring) else 0
+            if self._filled < len(ring):
+                self._filled += 1
+        if self._filled < len(ring):
+            return ()
+        ratio = self._sum / (len(ring) * self.baseline_s)
+        if not self.slow:
+            self._run = self._run + 1 if ratio >= self._threshold else 0
+            if self._run >= self.config.patience:
+                return (self._alert(record.step, ratio),)
+            return ()
+        self._slow_steps += 1
+        self._run = self._run + 1 if ratio < self._recover else 0
+        if self._run >= self.config.patience:
+            return (self._recovered(record.step, ratio),)
+        limit = self.config.rebaseline_after_steps
+        if limit is not None and self._slow_steps >= limit:
+            return (self._rebaseline(record.step),)
+        return ()
+
+    def _close_block(self) -> bool:
+        """A block of ``baseline_steps`` is complete: set or lower the baseline (True if so)."""
+        median = _median(self._block)
+        self._block = []
+        previous, self._last_block_median = self._last_block_median, median
+        if self.baseline_s is None:
+            self._set_baseline(median)
+            return True
+        if previous is not None and max(previous, median) < self.baseline_s and not self.slow:
+            self._set_baseline(max(previous, median))
+            return True
+        return False
+
+    def _set_baseline(self, baseline_s: float) -> None:
+        self.baseline_s = baseline_s
+        self._cap_s = self.config.spike_cap * baseline_s
+        cap, recent = self._cap_s, list(self._recent)[-len(self._ring):]
+        self._ring = [0.0] * len(self._ring)
+        for i, (_, t) in enumerate(recent):
+            self._ring[i] = t if t < cap else cap
+        self._filled = len(recent)
+        self._pos = self._filled % len(self._ring)
+        self._sum = sum(self._ring)
+
+    def _alert(self, step: int, ratio: float) -> Finding:
+        assert self.baseline_s is not None
+        self.slow, self._run, self._alert_step, self._slow_steps = True, 0, step, 0
+        first = self._onset()
+        observed = _median([t for s, t in self._recent if s >= first])
+        cooldown = self.config.capture_cooldown_steps
+        capture = self._last_capture is None or step - self._last_capture >= cooldown
+        if capture:
+            self._last_capture = step
+        obs_ratio = observed / self.baseline_s
+        return Finding(
+            "step_slowdown", step=step, rank=self.rank, severity="warning",
+            message=(f"steps are {obs_ratio:.2f}x slower since step {first}: "
+                     f"{observed * 1e3:.1f} ms against a baseline of {self.baseline_s * 1e3:.1f} ms"
+                     + ("; capturing the slow steps" if capture else
+                        f"; no capture (one was taken at step {self._last_capture})")),
+            details={"first_slow_step": first, "baseline_step_time_s": self.baseline_s,
+                     "observed_step_time_s": observed, "ratio": round(obs_ratio, 4),
+                     "window_ratio": round(ratio, 4), "threshold": self._threshold,
+                     "capture": capture})
+
+    def _onset(self) -> int:
+        """The most likely first slow step among recent steps (CUSUM change point)."""
+        assert self.baseline_s is not None
+        k = (1.0 + self._threshold) / 2 * self.baseline_s
+        cap = self._cap_s
+        best, best_step, total = 0.0, self._recent[0][0], 0.0
+        for step, t in reversed(self._recent):
+            total += (t if t < cap else cap) - k
+            if total >= best:
+                best, best_step = total, step
+        return best_step
+
+    def _recovered(self, step: int, ratio: float) -> Finding:
+        assert self.baseline_s is not None
+        self.slow, self._run = False, 0
+        return Finding(
+            "step_speed_recovered", step=step, rank=self.rank, severity="info",
+            message=(f"step time is back to {ratio:.2f}x the baseline of "
+                     f"{self.baseline_s * 1e3:.1f} ms (slow since step {self._alert_step})"),
+            details={"baseline_step_time_s": self.baseline_s, "window_ratio": round(ratio, 4),
+                     "slow_since_step": self._alert_step, "slow_steps": self._slow_steps})
+
+    def _rebaseline(self, step: int) -> Finding:
+        old = self.baseline_s
+        assert old is not None
+        new = _median([t for _, t in list(self._recent)[-len(self._ring):]])
+        self.slow, self._run, self._last_block_median = False, 0, None
+        self._block = []
+        self._set_baseline(new)
+        return Finding(
+            "step_baseline_reset", step=step, rank=self.rank, severity="info",
+            message=(f"steps have been slow since step {self._alert_step}; {new * 1e3:.1f} ms is "
+                     f"the new baseline (was {old * 1e3:.1f} ms), only further slowdowns alert"),
+            details={"old_baseline_step_time_s": old, "baseline_step_time_s": new,
+                     "slow_since_step": self._alert_step})
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -1,0 +1,150 @@
+"""Builds the report of one run: a plain dict with the schema of docs/report-schema.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profcallbacks._version import __version__
+from profcallbacks.report.logdir import RunFiles, find_runs
+from profcallbacks.report.reading import ReadError, read_jsonl
+from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
+from profcallbacks.report.traces import TraceSummary, summarise_file
+
+SCHEMA_VERSION = 1
+FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
+_SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
+
+ADVICE = {
+    "dataloader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
+                        "persistent_workers=True, raise prefetch_factor, or move slow decoding and "
+                        "augmentation out of __getitem__/collate.",
+    "sync_point": "Keep values on the device inside the step: log .item()/.cpu()/.tolist() every N "
+                  "steps, replace nonzero/boolean-mask indexing with torch.where or masked ops.",
+    "step_slowdown": "Open the slowdown capture in TensorBoard or Perfetto and compare its top "
+                     "operators and data wait with an earlier capture of normal steps.",
+    "straggler": "Look at the slow rank's host (other jobs, throttling, slower disk or network) "
+                 "and at its data shard; every other rank waits for it at each all-reduce.",
+}
+
+
+class NoRunError(Exception):
+    """The path holds no readable run; ``str()`` says why."""
+
+
+def locate_run(path: Path) -> RunFiles:
+    """The one run at or below ``path``.
+
+    Raises:
+        NoRunError: ``path`` does not exist, holds no run, or holds several.
+    """
+    if not path.exists():
+        raise NoRunError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        raise NoRunError(f"{path}: not a directory (give the log directory, e.g. runs/exp1)")
+    runs = find_runs(path)
+    if not runs:
+        raise NoRunError(f"{path}: no profcallbacks run here (no capture directories such as "
+                         "step000120-schedule/ and no profcallbacks/rank*.jsonl files)")
+    if len(runs) > 1:
+        names = ", ".join(str(r.root) for r in runs[:6]) + (" ..." if len(runs) > 6 else "")
+        raise NoRunError(f"{path}: holds {len(runs)} runs ({names}); report one of them, or "
+                         "compare two with `profcallbacks compare`")
+    return runs[0]
+
+
+def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
+    """Reads every file of ``run`` and returns the report (see docs/report-schema.md)."""
+    problems: list[dict[str, str]] = []
+    interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
+    findings = _read_findings(run, problems)
+    traces: list[TraceSummary] = []
+    captures = []
+    for capture in run.captures:
+        files = []
+        for path in capture.files:
+            entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
+            try:
+                summary = summarise_file(path)
+            except ReadError as exc:
+                problems.append({"file": str(path), "error": exc.reason})
+                entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False)
+            else:
+                traces.append(summary)
+                entry.update(rank=summary.rank, worker=summary.worker,
+                             steps=[s["step"] for s in summary.steps], readable=True)
+            files.append(entry)
+        if not capture.files:
+            problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
+        steps = sorted({s for f in files for s in f["steps"]})
+        captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
+                         "first_step": capture.first_step, "steps": steps,
+                         "partial": capture.partial, "files": files})
+    intervals = clean_intervals(interval_rows)
+    ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
+                   | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
+    world_size = max([len(ranks)] + [t.world_size for t in traces])
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"profcallbacks {__version__}",
+        "logdir": str(run.root),
+        "world_size": world_size,
+        "ranks": ranks,
+        "steps": step_stats(intervals),
+        "breakdown": breakdown(traces),
+        "captures": captures,
+        "top_operators": top_operators(traces, top),
+        "findings": findings,
+        "findings_by_kind": group_findings(findings),
+        "problems": problems,
+        "readable": bool(intervals or findings or traces),
+    }
+
+
+def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
+    findings = []
+    for path in run.findings_files.values():
+        for row in read_jsonl(path, problems):
+            if not all(k in row for k in FINDING_KEYS[:5]):
+                problems.append({"file": str(path), "error": "skipped a finding without "
+                                 + "/".join(k for k in FINDING_KEYS[:5] if k not in row)})
+                continue
+            details = row.get("details")
+            findings.append({k: row[k] for k in FINDING_KEYS[:5]}
+                            | {"details": details if isinstance(details, dict) else {}})
+    findings.sort(key=lambda f: (_int(f["step"]), _int(f["rank"])))
+    return findings
+
+
+def group_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per kind: count, worst severity, ranks, step range, messages and advice."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for finding in findings:
+        groups.setdefault(str(finding["kind"]), []).append(finding)
+    out: list[dict[str, Any]] = []
+    for kind, items in groups.items():
+        severity = max((str(f["severity"]) for f in items), key=lambda s: _SEVERITY_ORDER.get(s, -1))
+        advice = next((f["details"]["advice"] for f in items
+                       if isinstance(f["details"].get("advice"), str)), ADVICE.get(kind))
+        messages = list(dict.fromkeys(str(f["message"]) for f in items))
+        out.append({"kind": kind, "count": len(items), "severity": severity,
+                    "ranks": sorted({_int(f["rank"]) for f in items}),
+                    "first_step": min(_int(f["step"]) for f in items),
+                    "last_step": max(_int(f["step"]) for f in items),
+                    "messages": messages[:5], "advice": advice})
+    out.sort(key=lambda g: (-_SEVERITY_ORDER.get(g["severity"], -1), -g["count"], g["kind"]))
+    return out
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,107 @@
+"""What changed between two runs: step time, data-wait share, top operators and findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profcallbacks.report.build import SCHEMA_VERSION
+
+
+def _change(a: float | None, b: float | None) -> dict[str, float | None]:
+    ratio = b / a if a and b is not None else None
+    return {"a": a, "b": b, "delta": None if a is None or b is None else b - a, "ratio": ratio}
+
+
+def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> dict[str, Any]:
+    """A comparison of two reports made by ``build_report`` (schema in docs/report-schema.md).
+
+    Operators are compared by self time per traced step, so captures of different lengths
+    compare fairly.
+    """
+    sa, sb = a["steps"] or {}, b["steps"] or {}
+    ba, bb = a["breakdown"] or {}, b["breakdown"] or {}
+    steps = {key: _change(sa.get(key), sb.get(key))
+             for key in ("mean_ms", "median_ms", "max_ms", "data_wait_ms", "data_wait_share")}
+    traced = {key: _change(ba.get(key), bb.get(key))
+              for key in ("step_ms", "data_wait_ms", "compute_ms", "other_ms", "gpu_kernel_ms")}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": a["logdir"],
+        "b": b["logdir"],
+        "steps": steps,
+        "breakdown": traced,
+        "operators": {kind: _operators(a["top_operators"][kind], b["top_operators"][kind], top)
+                      for kind in ("cpu", "gpu")},
+        "findings": _findings(a["findings_by_kind"], b["findings_by_kind"]),
+        "problems": a["problems"] + b["problems"],
+    }
+
+
+def _operators(a: list[dict[str, Any]], b: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+    by_a = {o["name"]: o["self_ms_per_step"] for o in a}
+    by_b = {o["name"]: o["self_ms_per_step"] for o in b}
+    rows = []
+    for name in dict.fromkeys([*by_a, *by_b]):
+        ms_a, ms_b = by_a.get(name), by_b.get(name)
+        rows.append({"name": name, "self_ms_per_step_a": ms_a, "self_ms_per_step_b": ms_b,
+                     "delta_ms": (ms_b or 0.0) - (ms_a or 0.0),
+                     "status": "new" if ms_a is None else "gone" if ms_b is None else "changed"})
+    rows.sort(key=lambda r: -abs(r["delta_ms"]))
+    return rows[:top]
+
+
+def _findings(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    count_a = {g["kind"]: g["count"] for g in a}
+    count_b = {g["kind"]: g["count"] for g in b}
+    rows = []
+    for kind in sorted(set(count_a) | set(count_b)):
+        ca, cb = count_a.get(kind, 0), count_b.get(kind, 0)
+        status = "new" if ca == 0 else "gone" if cb == 0 else "same" if ca == cb else "changed"
+        rows.append({"kind": kind, "count_a": ca, "count_b": cb, "status": status})
+    return rows
+
+
+def render_compare_text(cmp: dict[str, Any]) -> str:
+    """The comparison as plain text."""
+    out = ["profcallbacks compare", f"  A: {cmp['a']}", f"  B: {cmp['b']}", ""]
+    out.append("Step time (whole run)                A            B       change")
+    labels = {"mean_ms": "mean step", "median_ms": "median step", "max_ms": "max step",
+              "data_wait_ms": "data wait per step", "data_wait_share": "data-wait share"}
+    for key, label in labels.items():
+        out.append(_line(label, cmp["steps"][key], share=key == "data_wait_share"))
+    out += ["", "Traced steps (mean per ProfilerStep range)"]
+    for key, label in (("step_ms", "step"), ("data_wait_ms", "data wait"), ("compute_ms", "compute"),
+                       ("other_ms", "other"), ("gpu_kernel_ms", "GPU kernels busy")):
+        out.append(_line(label, cmp["breakdown"][key]))
+    for kind, title in (("cpu", "CPU operators"), ("gpu", "GPU kernels")):
+        rows = cmp["operators"][kind]
+        if not rows:
+            continue
+        out += ["", f"{title}: biggest changes in self time per step"]
+        for r in rows:
+            a, b = r["self_ms_per_step_a"], r["self_ms_per_step_b"]
+            name = r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "..."
+            out.append(f"  {name:<60} {_fmt(a):>10} -> {_fmt(b):>10}  {r['delta_ms']:+.3f} ms"
+                       + ("" if r["status"] == "changed" else f"  ({r['status']})"))
+    out += ["", "Findings (count A -> B)"]
+    out += [f"  {r['kind']}: {r['count_a']} -> {r['count_b']} ({r['status']})"
+            for r in cmp["findings"]] or ["  none in either run"]
+    if cmp["problems"]:
+        out += ["", "Files that could not be read"]
+        out += [f"  {p['file']}: {p['error']}" for p in cmp["problems"]]
+    return "\n".join(out) + "\n"
+
+
+def _fmt(value: float | None, share: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1%}" if share else f"{value:.2f} ms"
+
+
+def _line(label: str, change: dict[str, float | None], share: bool = False) -> str:
+    ratio = change["ratio"]
+    if share and change["delta"] is not None:
+        diff = f"{change['delta'] * 100:+.1f} pts"
+    else:
+        diff = "-" if ratio is None else f"{(ratio - 1):+.1%}"
+    return f"  {label:<20} {_fmt(change['a'], share):>12} {_fmt(change['b'], share):>12} {diff:>12}"

@@ -1,0 +1,99 @@
+"""Step time over the run as inline SVG: no scripts, fonts or images, so it renders offline."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+WIDTH, HEIGHT = 900, 300
+LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 40
+RANK_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
+FINDING_COLOURS = {"dataloader_stall": "#ff7f0e", "step_slowdown": "#d62728", "straggler": "#e377c2"}
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0:
+        return 1.0
+    for step in (1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 1e5, 1e6):
+        if value <= step:
+            return float(step)
+    return value
+
+
+def step_time_svg(report: dict[str, Any]) -> str:
+    """An SVG plot of interval mean step time per rank, traced steps, captures and findings."""
+    intervals = (report["steps"] or {}).get("intervals", [])
+    per_step = (report["breakdown"] or {}).get("per_step", [])
+    findings = report["findings"]
+    captures = [c for c in report["captures"] if c["steps"]]
+    xs = ([r["first_step"] for r in intervals] + [r["last_step"] + 1 for r in intervals]
+          + [s["step"] for s in per_step] + [f["step"] for f in findings if isinstance(f["step"], int)]
+          + [s + 1 for c in captures for s in c["steps"]])
+    ys = [r["step_time_ms"] for r in intervals] + [s["step_ms"] for s in per_step]
+    if not xs or not ys:
+        return '<p class="empty">No step times to plot.</p>'
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+    y1 = _nice_max(max(ys) * 1.1)
+    pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def sx(step: float) -> float:
+        return LEFT + (step - x0) / (x1 - x0) * pw
+
+    def sy(ms: float) -> float:
+        return TOP + ph - min(ms, y1) / y1 * ph
+
+    parts = [f'<svg id="step-time-plot" viewBox="0 0 {WIDTH} {HEIGHT}"'
+             f' width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Step time over the run">']
+    for c in captures:  # capture windows as shaded bands
+        a, b = sx(c["steps"][0]), sx(c["steps"][-1] + 1)
+        label = escape(f"capture {c['directory']}: steps {c['steps'][0]}-{c['steps'][-1]}")
+        parts.append(f'<rect class="capture-window" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" '
+                     f'height="{ph}" fill="#fdd835" fill-opacity="0.25"><title>{label}</title></rect>')
+    for i in range(5):  # y grid and labels
+        ms = y1 * i / 4
+        y = sy(ms)
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{ms:g}</text>')
+    for i in range(6):  # x labels
+        step = x0 + (x1 - x0) * i / 5
+        parts.append(f'<text x="{sx(step):.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" '
+                     f'class="tick">{step:.0f}</text>')
+    parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle" class="axis">step</text>')
+    parts.append(f'<text x="14" y="{TOP + ph / 2}" text-anchor="middle" class="axis" '
+                 f'transform="rotate(-90 14 {TOP + ph / 2})">step time (ms)</text>')
+    for f in findings:  # stalls, slowdowns and other findings as vertical markers
+        if not isinstance(f["step"], int):
+            continue
+        colour = FINDING_COLOURS.get(str(f["kind"]), "#555")
+        x = sx(f["step"])
+        tip = escape(f"{f['kind']} at step {f['step']} (rank {f['rank']}): {f['message']}")
+        parts.append(f'<line class="finding-marker" data-kind="{escape(str(f["kind"]))}" x1="{x:.1f}" '
+                     f'x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="{colour}" stroke-width="2" '
+                     f'stroke-dasharray="4 3"><title>{tip}</title></line>')
+    ranks = sorted({r["rank"] for r in intervals})
+    for n, rank in enumerate(ranks):  # interval means per rank
+        colour = RANK_COLOURS[n % len(RANK_COLOURS)]
+        pts = []
+        for r in (r for r in intervals if r["rank"] == rank):
+            y = sy(r["step_time_ms"])
+            pts += [f"{sx(r['first_step']):.1f},{y:.1f}", f"{sx(r['last_step'] + 1):.1f},{y:.1f}"]
+        parts.append(f'<polyline class="series" data-rank="{rank}" points="{" ".join(pts)}" fill="none" '
+                     f'stroke="{colour}" stroke-width="2"><title>rank {rank}: mean step time per '
+                     f'interval</title></polyline>')
+    for s in per_step:  # traced steps, exact
+        tip = escape(f"step {s['step']} rank {s['rank']}: {s['step_ms']:.2f} ms "
+                     f"(data wait {s['data_wait_ms']:.2f} ms)")
+        parts.append(f'<circle class="traced-step" cx="{sx(s["step"] + 0.5):.1f}" '
+                     f'cy="{sy(s["step_ms"]):.1f}" r="3" fill="#000"><title>{tip}</title></circle>')
+    parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
+    parts.append("</svg>")
+    legend = ['<div class="legend">']
+    legend += [f'<span><i style="background:{RANK_COLOURS[n % len(RANK_COLOURS)]}"></i>rank {r} '
+               f'mean per interval</span>' for n, r in enumerate(ranks)]
+    legend.append('<span><i style="background:#000;border-radius:50%"></i>traced step</span>')
+    legend.append('<span><i style="background:#fdd835;opacity:.5"></i>capture window</span>')
+    for kind in sorted({str(f["kind"]) for f in findings}):
+        legend.append(f'<span><i style="background:{FINDING_COLOURS.get(kind, "#555")}"></i>'
+                      f'{escape(kind)}</span>')
+    legend.append("</div>")
+    return "\n".join(parts + legend)

@@ -1,0 +1,120 @@
+"""The report as terminal text."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    out = [line, indent + "  ".join("-" * w for w in widths)]
+    out += [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return out
+
+
+def _cut(name: str, width: int = 70) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The report as plain text, section by section."""
+    out = [f"profcallbacks report: {report['logdir']}",
+           f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
+           f"(world size {report['world_size']})", ""]
+    out += _steps_section(report["steps"])
+    out += _breakdown_section(report["breakdown"])
+    out += _captures_section(report["captures"])
+    out += _operators_section(report["top_operators"])
+    out += _findings_section(report["findings_by_kind"])
+    if report["problems"]:
+        out.append("Files that could not be read")
+        out += [f"  {p['file']}: {p['error']}" for p in report["problems"]]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _steps_section(steps: dict[str, Any] | None) -> list[str]:
+    out = ["Step time (whole run, from profcallbacks/rank*.steps.jsonl)"]
+    if steps is None:
+        return out + ["  no step summaries (the run wrote no steps file, or ended before "
+                      "log_every_n_steps steps)", ""]
+    out += [f"  steps {steps['first_step']}-{steps['last_step']} ({steps['steps']} steps)",
+            f"  mean {_ms(steps['mean_ms'])}   median {_ms(steps['median_ms'])} (of interval "
+            f"medians)   max {_ms(steps['max_ms'])}",
+            f"  data wait {_ms(steps['data_wait_ms'])} per step ({_pct(steps['data_wait_share'])}); "
+            f"the rest ({_pct(1 - steps['data_wait_share'])}) is compute and other work", ""]
+    if len(steps["per_rank"]) > 1:
+        out.append("Per rank")
+        rows = [[str(r["rank"]), str(r["steps"]), _ms(r["mean_ms"]), _ms(r["max_ms"]),
+                 _ms(r["data_wait_ms"]), _pct(r["data_wait_share"])] for r in steps["per_rank"]]
+        out += _table(["rank", "steps", "mean", "max", "data wait", "wait share"], rows)
+        out.append(f"  slowest rank: {steps['slowest_rank']}; data-wait share spread "
+                   f"(max - min): {_pct(steps['data_wait_share_spread'])}")
+        if steps["stragglers"]:
+            out += [f"  straggler: rank {s['rank']}: {s['reason']}" for s in steps["stragglers"]]
+        else:
+            out.append("  stragglers: none")
+        out.append("")
+    return out
+
+
+def _breakdown_section(bd: dict[str, Any] | None) -> list[str]:
+    out = ["Breakdown of the traced steps (mean per ProfilerStep range)"]
+    if bd is None:
+        return out + ["  no traced steps", ""]
+    out.append(f"  {bd['steps']} traced steps (all ranks), step {_ms(bd['step_ms'])}")
+    for key, label in (("data_wait", "data wait"), ("compute", "compute (CPU ops)"),
+                       ("other", "other")):
+        out.append(f"  {label:<18} {_ms(bd[key + '_ms']):>12}  {_pct(bd[key + '_share']):>6}")
+    if bd["gpu_kernel_ms"] is not None:
+        out.append(f"  {'GPU kernels busy':<18} {_ms(bd['gpu_kernel_ms']):>12}")
+    return out + [""]
+
+
+def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
+    out = ["Captures"]
+    if not captures:
+        return out + ["  none", ""]
+    rows = []
+    for c in captures:
+        steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
+        files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
+        rows.append([c["directory"], c["trigger"] + (" (partial)" if c["partial"] else ""), steps, files])
+    return out + _table(["directory", "trigger", "steps", "files"], rows) + [""]
+
+
+def _operators_section(ops: dict[str, list[dict[str, Any]]]) -> list[str]:
+    out: list[str] = []
+    for key, title in (("cpu", "Top CPU operators by self time"), ("gpu", "Top GPU kernels by time")):
+        if not ops[key]:
+            continue
+        rows = [[_cut(o["name"]), str(o["calls"]), _ms(o["self_ms"]), _ms(o["self_ms_per_step"])]
+                for o in ops[key]]
+        out += [title] + _table(["operator", "calls", "self", "per step"], rows) + [""]
+    return out or ["Top operators", "  no traces could be read", ""]
+
+
+def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
+    out = ["Findings"]
+    if not groups:
+        return out + ["  none", ""]
+    for g in groups:
+        ranks = ", ".join(str(r) for r in g["ranks"])
+        out.append(f"  {g['kind']} ({g['severity']}): {g['count']} finding(s), steps "
+                   f"{g['first_step']}-{g['last_step']}, rank(s) {ranks}")
+        for message in g["messages"]:
+            out += textwrap.wrap(message, 100, initial_indent="    - ", subsequent_indent="      ")
+        if g["advice"]:
+            out += textwrap.wrap(g["advice"], 100, initial_indent="    advice: ",
+                                 subsequent_indent="      ")
+    return out + [""]

@@ -1,0 +1,214 @@
+"""One pass over a Chrome trace: its captured steps, their breakdown, and operator self times.
+
+Definitions (all durations in milliseconds, per ``ProfilerStep#N`` range):
+
+- ``data_wait_ms``: time covered by dataloader ``__next__`` events inside the step;
+- ``compute_ms``: time covered by outermost CPU operators (on any thread of the process), data
+  wait excluded: the host was running framework work;
+- ``other_ms``: the rest of the step: Python between operators, logging, waiting on locks;
+- ``gpu_kernel_ms``: time covered by GPU kernels and memcpy/memset inside the step (``None``
+  for traces without device activity).
+
+An operator's self time is its duration minus that of the CPU operators nested directly in it
+on the same thread, as in ``torch.profiler``'s ``key_averages()``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.postprocess import DATALOADER_PREFIXES
+from profcallbacks.report.reading import ReadError, read_json
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_STEP_PREFIX = "ProfilerStep#"
+_WORKER_RANK = re.compile(r"^rank(\d+)_")
+
+Interval = tuple[float, float]
+
+
+@dataclass
+class TraceSummary:
+    """What the report needs from one trace file (durations in ms)."""
+
+    path: Path
+    rank: int
+    world_size: int
+    worker: str
+    trigger: str | None
+    partial: bool
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
+    gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
+
+
+def summarise_file(path: Path) -> TraceSummary:
+    """Reads and summarises one trace file.
+
+    Raises:
+        ReadError: The file cannot be read or is not a Chrome trace.
+    """
+    trace = read_json(path)
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ReadError(path, "not a Chrome trace (no traceEvents list)")
+    return summarise(trace, path)
+
+
+def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
+    """Summarises a parsed Chrome trace (see the module docstring for the definitions)."""
+    meta = _block(trace, "profcallbacks")
+    dist = _block(trace, "distributedInfo")
+    worker = path.name.split(".")[0]
+    match = _WORKER_RANK.match(worker)
+    rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
+    summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
+                           worker=worker, trigger=meta.get("trigger"), partial=bool(meta.get("partial")))
+
+    threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    gpu: list[Interval] = []
+    step_events: list[tuple[float, float, str, bool]] = []
+    gpu_ops = summary.gpu_ops
+    for event in trace["traceEvents"]:
+        if event.get("ph") != "X":
+            continue
+        cat = event.get("cat")
+        if cat == "cpu_op":
+            key = (event.get("pid"), event.get("tid"))
+            item = (float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("name", "")))
+            if key in threads:
+                threads[key].append(item)
+            else:
+                threads[key] = [item]
+        elif cat in GPU_CATS:
+            ts, dur, name = float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("name", ""))
+            gpu.append((ts, ts + dur))
+            row = gpu_ops.get(name)
+            if row is None:
+                gpu_ops[name] = [1, dur]
+            else:
+                row[0] += 1
+                row[1] += dur
+        elif cat == "user_annotation" and str(event.get("name", "")).startswith(_STEP_PREFIX):
+            args = event.get("args")
+            ours = isinstance(args, dict) and bool(args.get("profcallbacks"))
+            step_events.append((float(event["ts"]), float(event.get("dur", 0.0)), event["name"], ours))
+
+    compute, data = _self_times(threads, summary.cpu_ops)
+    data_merged = _merge(data)
+    compute_merged = _subtract(_merge(compute), data_merged)
+    gpu_merged = _merge(gpu) if gpu else None
+    if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
+        step_events = [e for e in step_events if e[3]]
+    for ts, dur, name, _ in sorted(step_events):
+        end = ts + dur
+        data_us = _covered(data_merged, ts, end)
+        compute_us = _covered(compute_merged, ts, end)
+        summary.steps.append({
+            "step": _step_number(name),
+            "step_ms": dur / 1e3,
+            "data_wait_ms": data_us / 1e3,
+            "compute_ms": compute_us / 1e3,
+            "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
+            "gpu_kernel_ms": None if gpu_merged is None else _covered(gpu_merged, ts, end) / 1e3,
+        })
+    for row in summary.cpu_ops.values():
+        row[1] /= 1e3
+        row[2] /= 1e3
+    for row in gpu_ops.values():
+        row[1] /= 1e3
+    return summary
+
+
+def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
+                ops: dict[str, list[float]]) -> tuple[list[Interval], list[Interval]]:
+    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals."""
+    compute: list[Interval] = []
+    data: list[Interval] = []
+    for events in threads.values():
+        events.sort(key=lambda e: (e[0], -e[1]))
+        stack: list[tuple[float, int]] = []  # (end, index) of open ancestors
+        child = [0.0] * len(events)
+        for i, (ts, dur, name) in enumerate(events):
+            end = ts + dur
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if stack:
+                child[stack[-1][1]] += dur
+            elif name.startswith(DATALOADER_PREFIXES):
+                data.append((ts, end))
+            else:
+                compute.append((ts, end))
+            stack.append((end, i))
+        for i, (_, dur, name) in enumerate(events):
+            row = ops.get(name)
+            if row is None:
+                ops[name] = [1, dur - child[i], dur]
+            else:
+                row[0] += 1
+                row[1] += dur - child[i]
+                row[2] += dur
+    return compute, data
+
+
+def _merge(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
+    out: list[Interval] = []
+    j = 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        cur = start
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def _covered(merged: list[Interval], start: float, end: float) -> float:
+    """Length of ``[start, end]`` covered by sorted, disjoint ``merged`` intervals."""
+    total = 0.0
+    i = max(bisect.bisect_right(merged, (start, float("inf"))) - 1, 0)
+    while i < len(merged) and merged[i][0] < end:
+        s, e = merged[i]
+        total += max(0.0, min(e, end) - max(s, start))
+        i += 1
+    return total
+
+
+def _block(trace: dict[str, Any], key: str) -> dict[str, Any]:
+    value = trace.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _step_number(name: str) -> int:
+    try:
+        return int(name[len(_STEP_PREFIX):])
+    except ValueError:
+        return -1

@@ -10,6 +10,7 @@ from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Phase, Schedule
 from profcallbacks.session import ProfilingSession
 from profcallbacks.step_profiler import StepProfiler
+from profcallbacks.syncpoints import SyncAuditConfig
 
 __all__ = [
     "Finding",
@@ -21,6 +22,7 @@ __all__ = [
     "SlowdownConfig",
     "StallConfig",
     "StepProfiler",
+    "SyncAuditConfig",
     "TraceOptions",
     "__version__",
 ]

@@ -8,6 +8,7 @@ from profcallbacks.detectors.slowdown import SlowdownConfig
 from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.options import TraceOptions
 from profcallbacks.schedule import Schedule
+from profcallbacks.syncpoints import SyncAuditConfig
 
 
 def _positive(owner: str, name: str, value: float, fix: str) -> None:
@@ -33,7 +34,8 @@ class ProfilerConfig:
         ranks: Global ranks that write traces (``None``: all). Every rank still times its steps.
         stall: Dataloader-stall detection (``None``: off).
         slowdown: Step-slowdown alerts (``None``: off).
-        sync_audit: Look for host-device sync points in the user's code.
+        sync_audit: Look for host-device sync points in the user's code: ``True`` for the
+            defaults, a ``SyncAuditConfig`` to choose the audited steps and an allowlist.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -52,12 +54,15 @@ class ProfilerConfig:
     ranks: tuple[int, ...] | None = None
     stall: StallConfig | None = field(default_factory=StallConfig)
     slowdown: SlowdownConfig | None = field(default_factory=SlowdownConfig)
-    sync_audit: bool = True
+    sync_audit: bool | SyncAuditConfig = True
 
     def __post_init__(self) -> None:
         if self.schedule is not None and not isinstance(self.schedule, Schedule):
             raise TypeError(f"schedule={self.schedule!r}: expected profcallbacks.Schedule(...) "
                             "or None for on-demand captures only.")
+        if not isinstance(self.sync_audit, (bool, SyncAuditConfig)):
+            raise TypeError(f"sync_audit={self.sync_audit!r}: expected True, False or "
+                            "profcallbacks.SyncAuditConfig(...).")
         if not isinstance(self.trace, TraceOptions):
             raise TypeError(f"trace={self.trace!r}: expected profcallbacks.TraceOptions(...).")
         for name, fix in (("max_captures", "Use e.g. max_captures=10."),

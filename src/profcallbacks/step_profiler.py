@@ -18,6 +18,7 @@ from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
 from profcallbacks.session import ProfilingSession
+from profcallbacks.syncpoints import SyncAuditConfig
 
 T = TypeVar("T")
 
@@ -56,7 +57,8 @@ class StepProfiler:
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
+                 slowdown: SlowdownConfig | None = SlowdownConfig(),
+                 sync_audit: bool | SyncAuditConfig = True,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                 capture_steps=capture_steps, watch_capture_file=watch_capture_file,
@@ -81,6 +83,7 @@ class StepProfiler:
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
         """Yields from ``iterable``, timing how long each item took to arrive."""
         self.loader = iterable
+        self.session.set_loader(iterable)
         clock, session = time.perf_counter, self.session
         start = clock()
         iterator = iter(iterable)

@@ -8,9 +8,22 @@ from profcallbacks.ranks import RankInfo
 
 if TYPE_CHECKING:
     from profcallbacks.config import ProfilerConfig
-    from profcallbacks.session import Detector
+    from profcallbacks.session import Detector, StepAuditor
 
 
 def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
     """The detectors every front end runs, configured from ``config``."""
-    return []
+    from profcallbacks.detectors.stall import StallDetector
+
+    detectors: list[Detector] = []
+    if config.stall is not None:
+        detectors.append(StallDetector(config.stall, rank.rank))
+    return detectors
+
+
+def default_auditor(config: ProfilerConfig, rank: RankInfo) -> StepAuditor | None:
+    """The sync audit of ``config.sync_audit`` (``None`` when it is off)."""
+    from profcallbacks.syncpoints import SyncAuditor, resolve_sync_audit
+
+    audit = resolve_sync_audit(config.sync_audit)
+    return SyncAuditor(audit, rank.rank) if audit is not None else None

@@ -1,18 +1,219 @@
-"""Dataloader stall detection from the always-on step timing (issue 5 fleshes this out)."""
+"""Dataloader stalls, found in the always-on step timing (no profiler needed)."""
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from profcallbacks.findings import Finding
+from profcallbacks.loaders import LoaderInfo, stall_advice
+from profcallbacks.timing import StepRecord
+
+
+def _check(name: str, value: object, low: float, high: float | None, integer: bool, fix: str) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < low or \
+            (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"StallConfig({name}={value!r}): {name} must be "
+                         f"{'an int' if integer else 'a number'} {bound}. {fix}")
 
 
 @dataclass(frozen=True)
 class StallConfig:
-    """When waiting for data counts as a stall.
+    """When waiting for data counts as a stall (defaults are justified in the README).
+
+    The stall statistic is the median, over the last ``window`` steps cut into blocks of
+    ``max(block_steps, num_workers)`` steps, of each block's share of step time spent waiting for
+    data. A block is long enough to hold one burst of a multi-worker loader, and the median ignores
+    a block spoiled by a one-off hiccup.
 
     Args:
-        share_threshold: Share of step time spent waiting for data above which steps stall.
-        window: Steps over which that share is measured.
+        share_threshold: Median block share (0-1) at or above which a stall episode begins.
+        clear_share: Median block share (0-1) below which a stall episode ends.
+        window: Steps (at least; rounded up to whole blocks, 3 blocks minimum) the median covers.
+        block_steps: Least steps per block; the loader's ``num_workers`` raises it.
+        isolated_factor: A single wait this many times the median step time is reported as an
+            isolated wait (when no stall is going on).
+        isolated_min_s: Waits shorter than this (seconds) are never reported as isolated waits.
+        max_isolated_reports: Most isolated-wait findings in one run.
+
+    Example:
+        >>> StallConfig(share_threshold=0.3, window=40).window
+        40
     """
 
-    share_threshold: float = 0.25
+    share_threshold: float = 0.2
+    clear_share: float = 0.1
     window: int = 20
+    block_steps: int = 4
+    isolated_factor: float = 5.0
+    isolated_min_s: float = 0.05
+    max_isolated_reports: int = 5
+
+    def __post_init__(self) -> None:
+        _check("share_threshold", self.share_threshold, 0.01, 1.0, False,
+               "Use e.g. share_threshold=0.2 (20% of step time).")
+        _check("clear_share", self.clear_share, 0.0, self.share_threshold, False,
+               "It must not exceed share_threshold; use e.g. clear_share=0.1.")
+        _check("window", self.window, 1, None, True, "Use e.g. window=20.")
+        _check("block_steps", self.block_steps, 1, None, True, "Use e.g. block_steps=4.")
+        _check("isolated_factor", self.isolated_factor, 1.0, None, False,
+               "Use e.g. isolated_factor=5.0.")
+        _check("isolated_min_s", self.isolated_min_s, 0.0, None, False,
+               "Use e.g. isolated_min_s=0.05.")
+        _check("max_isolated_reports", self.max_isolated_reports, 0, None, True,
+               "Use 0 to never report isolated waits.")
+
+
+@dataclass
+class _Block:
+    first_step: int
+    last_step: int = 0
+    steps: int = 0
+    wait_s: float = 0.0
+    time_s: float = 0.0
+
+    @property
+    def share(self) -> float:
+        return self.wait_s / self.time_s if self.time_s > 0 else 0.0
+
+
+class StallDetector:
+    """Turns step records into ``dataloader_stall`` episodes and isolated-wait notes.
+
+    Steps with a profiler attached and steps right after a pause are left out of the statistic;
+    a long wait right after the start or a pause is reported as a start-up wait instead.
+
+    Example:
+        >>> detector = StallDetector(StallConfig(), rank=0)
+        >>> findings = [f for i in range(40) for f in detector.observe(StepRecord(i, 0.01, 0.004))]
+        >>> findings[0].kind, findings[0].details["share"]
+        ('dataloader_stall', 0.4)
+    """
+
+    def __init__(self, config: StallConfig, rank: int = 0) -> None:
+        self.config = config
+        self.rank = rank
+        self.loader: LoaderInfo = {}
+        self._block_len = config.block_steps
+        self._blocks: deque[_Block] = deque(maxlen=self._blocks_needed())
+        self._current: _Block | None = None
+        self._step_times: deque[float] = deque(maxlen=max(config.window, 3 * config.block_steps))
+        self._waits: deque[float] = deque(maxlen=self._step_times.maxlen)
+        self._reference_s: float | None = None  # median step time of the recent steps
+        self._episode: _Block | None = None
+        self._isolated_reports = 0
+
+    def _blocks_needed(self) -> int:
+        return max(3, math.ceil(self.config.window / self._block_len))
+
+    def set_loader(self, info: LoaderInfo) -> None:
+        """Use what is known of the loader (from ``describe_loader``) for block size and advice."""
+        self.loader = dict(info)
+        block = max(self.config.block_steps, int(info.get("num_workers") or 0))
+        if block != self._block_len:
+            self._block_len = block
+            self._blocks = deque(self._blocks, maxlen=self._blocks_needed())
+            self._step_times = deque(self._step_times, maxlen=max(self.config.window, 3 * block))
+            self._waits = deque(self._waits, maxlen=self._step_times.maxlen)
+
+    def observe(self, record: StepRecord) -> Iterable[Finding]:
+        if record.captured:
+            return ()
+        if record.after_pause:
+            return self._startup_wait(record)
+        found: list[Finding] = []
+        reference = self._reference_s
+        if (self._episode is None and reference is not None
+                and record.data_wait_s >= max(self.config.isolated_min_s,
+                                              self.config.isolated_factor * reference)):
+            found += self._isolated(record, "isolated", reference)
+        self._step_times.append(record.step_time_s)
+        self._waits.append(record.data_wait_s)
+        block = self._current or _Block(record.step)
+        block.last_step, block.steps = record.step, block.steps + 1
+        block.wait_s += record.data_wait_s
+        block.time_s += record.step_time_s
+        self._current = block
+        if block.steps >= self._block_len:
+            self._current = None
+            self._blocks.append(block)
+            self._reference_s = statistics.median(self._step_times)
+            if len(self._blocks) == self._blocks.maxlen:
+                found += self._evaluate(block)
+        return found
+
+    def _evaluate(self, latest: _Block) -> list[Finding]:
+        share = statistics.median(b.share for b in self._blocks)
+        episode = self._episode
+        if episode is None:
+            if share < self.config.share_threshold:
+                return []
+            episode = self._episode = _Block(self._blocks[0].first_step, latest.last_step)
+            for b in self._blocks:
+                episode.steps, episode.wait_s = episode.steps + b.steps, episode.wait_s + b.wait_s
+                episode.time_s += b.time_s
+            return [self._stall_finding(episode, share)]
+        episode.last_step, episode.steps = latest.last_step, episode.steps + latest.steps
+        episode.wait_s, episode.time_s = episode.wait_s + latest.wait_s, episode.time_s + latest.time_s
+        if share >= self.config.clear_share:
+            return []
+        self._episode = None
+        return [self._cleared_finding(episode, share)]
+
+    def _stall_finding(self, episode: _Block, share: float) -> Finding:
+        waits = list(self._waits)
+        mean_wait = statistics.fmean(waits)
+        bursty = mean_wait > 0 and statistics.median(waits) < 0.25 * mean_wait
+        advice = stall_advice(self.loader, bursty=bursty)
+        wait_ms = 1e3 * episode.wait_s / episode.steps
+        step_ms = 1e3 * episode.time_s / episode.steps
+        message = (f"dataloader stall: {share:.0%} of step time waiting for data ({wait_ms:.1f} ms "
+                   f"of {step_ms:.1f} ms per step) over steps {episode.first_step}-"
+                   f"{episode.last_step}; a loader that keeps up would make steps up to "
+                   f"{1 / max(1 - share, 1e-3):.2f}x faster. Try: {'; '.join(advice)}.")
+        return Finding("dataloader_stall", episode.last_step, self.rank, "warning", message, {
+            "share": round(share, 4), "share_mean": round(episode.wait_s / episode.time_s, 4),
+            "data_wait_ms_per_step": round(wait_ms, 3), "step_time_ms": round(step_ms, 3),
+            "first_step": episode.first_step, "last_step": episode.last_step,
+            "steps": episode.steps, "bursty": bursty, "threshold": self.config.share_threshold,
+            "block_steps": self._block_len, "loader": self.loader, "advice": advice})
+
+    def _cleared_finding(self, episode: _Block, share: float) -> Finding:
+        mean = episode.wait_s / episode.time_s if episode.time_s else 0.0
+        message = (f"dataloader stall cleared: data wait is {share:.0%} of step time again; the "
+                   f"stall covered steps {episode.first_step}-{episode.last_step} "
+                   f"({mean:.0%} of their time waiting for data).")
+        return Finding("dataloader_stall_cleared", episode.last_step, self.rank, "info", message, {
+            "share": round(share, 4), "episode_share": round(mean, 4),
+            "first_step": episode.first_step, "last_step": episode.last_step,
+            "steps": episode.steps,
+            "data_wait_ms_per_step": round(1e3 * episode.wait_s / max(episode.steps, 1), 3)})
+
+    def _startup_wait(self, record: StepRecord) -> list[Finding]:
+        floor = self.config.isolated_min_s
+        if self._reference_s is not None:
+            floor = max(floor, self.config.isolated_factor * self._reference_s)
+        if record.data_wait_s < floor or record.data_wait_s <= 0:
+            return []
+        return self._isolated(record, "startup", self._reference_s)
+
+    def _isolated(self, record: StepRecord, pattern: str, reference: float | None) -> list[Finding]:
+        if self._isolated_reports >= self.config.max_isolated_reports:
+            return []
+        self._isolated_reports += 1
+        last = self._isolated_reports == self.config.max_isolated_reports
+        what = ("after the start or a pause (first batch, worker start-up)" if pattern == "startup"
+                else "once, between steps with short waits (not a sustained stall)")
+        advice = stall_advice(self.loader, bursty=False, startup=pattern == "startup")
+        message = (f"isolated data wait of {record.data_wait_s * 1e3:.1f} ms at step {record.step} "
+                   f"{what}" + (f". Try: {'; '.join(advice)}" if advice else "")
+                   + (". Further isolated waits are not reported." if last else "."))
+        details = {"pattern": pattern, "data_wait_ms": round(record.data_wait_s * 1e3, 3),
+                   "step_time_ms": round(record.step_time_s * 1e3, 3), "advice": advice,
+                   "median_step_time_ms": None if reference is None else round(reference * 1e3, 3)}
+        return [Finding("dataloader_wait", record.step, self.rank, "info", message, details)]

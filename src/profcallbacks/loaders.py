@@ -1,0 +1,93 @@
+"""What can be seen of a training data loader, as plain data, and advice that fits it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LoaderInfo = dict[str, Any]
+
+
+def describe_loader(obj: object) -> LoaderInfo:
+    """The settings of ``obj`` that matter for input stalls, read from public attributes only.
+
+    Understands ``torch.utils.data.DataLoader`` (and subclasses such as accelerate's
+    ``DataLoaderShard``) and Lightning's ``CombinedLoader`` (its first DataLoader); anything else
+    is described by its type name.
+
+    Args:
+        obj: The loader the front end iterates over.
+
+    Returns:
+        ``{"type", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+        "batch_size", "collate_fn", "dataset", "cpus", "cuda"}``; keys the loader lacks are absent.
+
+    Example:
+        >>> from torch.utils.data import DataLoader
+        >>> describe_loader(DataLoader(range(10), batch_size=2))["num_workers"]
+        0
+    """
+    from torch.utils.data import DataLoader
+
+    loader = obj
+    flattened = getattr(obj, "flattened", None)  # lightning CombinedLoader
+    if not isinstance(obj, DataLoader) and isinstance(flattened, list):
+        loader = next((x for x in flattened if isinstance(x, DataLoader)), obj)
+    info: LoaderInfo = {"type": type(loader).__name__, "cpus": os.cpu_count() or 1}
+    if isinstance(loader, DataLoader):
+        collate = getattr(loader, "collate_fn", None)
+        info.update(num_workers=int(loader.num_workers), pin_memory=bool(loader.pin_memory),
+                    persistent_workers=bool(loader.persistent_workers),
+                    prefetch_factor=loader.prefetch_factor, batch_size=loader.batch_size,
+                    collate_fn=getattr(collate, "__name__", type(collate).__name__),
+                    dataset=type(loader.dataset).__name__)
+    try:
+        import torch
+
+        info["cuda"] = bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA install must not stop training
+        info["cuda"] = False
+    return info
+
+
+def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> list[str]:
+    """Concrete changes to try for a loader that cannot keep up, most likely first.
+
+    Args:
+        info: From :func:`describe_loader` (may be empty when the loader is unknown).
+        bursty: Waits come in bursts (a few long waits, many steps with none).
+        startup: The wait follows the start of training or a pause (first batch, worker start-up).
+    """
+    advice: list[str] = []
+    workers = info.get("num_workers")
+    cpus = info.get("cpus", 1)
+    if startup:
+        if workers and not info.get("persistent_workers"):
+            advice.append("set persistent_workers=True so workers survive between epochs")
+        elif workers == 0:
+            advice.append("the first batch is built on the training thread; a slow dataset "
+                          "__init__ or first __getitem__ shows here")
+        return advice
+    if workers == 0:
+        advice.append(f"batches are built on the training thread (num_workers=0): try "
+                      f"num_workers={max(1, min(8, cpus - 1))} (this machine has {cpus} CPUs)")
+    elif workers is not None:
+        if workers < cpus - 1:
+            advice.append(f"num_workers={workers} workers cannot keep up: raise num_workers "
+                          f"(this machine has {cpus} CPUs)")
+        else:
+            advice.append(f"num_workers={workers} already uses every CPU: make each batch "
+                          "cheaper rather than adding workers")
+        if bursty:
+            advice.append(f"waits come in bursts: a larger prefetch_factor (now "
+                          f"{info.get('prefetch_factor')}) smooths them")
+    if info.get("collate_fn") not in (None, "default_collate", "default_convert"):
+        advice.append(f"profile the custom collate_fn ({info['collate_fn']}): it runs per batch")
+    advice.append("make __getitem__ cheaper (decode, resize or tokenize once and cache; avoid "
+                  "per-sample Python loops)")
+    if info.get("cuda") and info.get("pin_memory") is False:
+        advice.append("pin_memory=True makes host-to-device copies asynchronous")
+    if not info.get("type") or "num_workers" not in info:
+        advice.insert(0, "the loader is not a torch DataLoader profcallbacks can read: check "
+                         "how many processes build batches")
+    return advice

@@ -310,13 +310,17 @@ class ProfilingSession:
 
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)
-        if finding.kind == "step_slowdown" and self.config.capture_on_slowdown:
+        if (finding.kind == "step_slowdown" and self.config.capture_on_slowdown
+                and finding.details.get("capture", True)):  # False: the detector's cooldown
             self.request_capture(trigger="slowdown")
 
     def _publish_summary(self, summary: IntervalSummary) -> None:
         prefix = "profcallbacks" if not self.rank.is_distributed else \
             f"profcallbacks/rank{self.rank.rank}"
         values = metric_names(summary, prefix)
+        for detector in self._detectors:  # optional: detectors with scalars() add their values
+            extra = getattr(detector, "scalars", None)
+            values.update({f"{prefix}/{k}": v for k, v in (extra() if extra else {}).items()})
         sinks: list[MetricsSink] = list(self._metrics_sinks)
         if self._tensorboard is not None:
             sinks.append(self._tensorboard.scalars)

@@ -18,6 +18,10 @@ def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
     detectors: list[Detector] = []
     if config.stall is not None:
         detectors.append(StallDetector(config.stall, rank.rank))
+    if config.slowdown is not None:
+        from profcallbacks.detectors.slowdown import SlowdownDetector
+
+        detectors.append(SlowdownDetector(config.slowdown, rank=rank.rank))
     return detectors
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,18 @@ MetricsSink = Callable[[dict[str, float], int], None]
 class TensorBoardWriter:
     """Scalars and findings as TensorBoard data, next to the run's own scalars.
 
-    The ``SummaryWriter`` is created on first use; without ``tensorboard`` installed this sink
-    says so once and turns itself off.
+    Scalars are buffered and handed to the ``SummaryWriter`` at most every ``batch_s`` seconds:
+    each hand-over wakes its writer thread, which then competes with training for the GIL.
+    Without ``tensorboard`` installed this sink says so once and turns itself off.
     """
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, *, batch_s: float = 5.0) -> None:
         self._logdir = logdir
         self._writer: Any = None
         self._disabled = False
+        self._batch_s = batch_s
+        self._buffer: list[tuple[dict[str, float], int]] = []
+        self._next_write = 0.0
 
     def start(self) -> None:
         self._get()
@@ -45,10 +50,19 @@ class TensorBoardWriter:
         return self._writer
 
     def scalars(self, values: dict[str, float], step: int) -> None:
+        self._buffer.append((values, step))
+        now = time.monotonic()
+        if now >= self._next_write:
+            self._next_write = now + self._batch_s
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
         writer = self._get()
+        buffer, self._buffer = self._buffer, []
         if writer is not None:
-            for tag, value in values.items():
-                writer.add_scalar(tag, value, step)
+            for values, step in buffer:
+                for tag, value in values.items():
+                    writer.add_scalar(tag, value, step)
 
     def finding(self, finding: Finding) -> None:
         writer = self._get()
@@ -59,6 +73,7 @@ class TensorBoardWriter:
             writer.flush()
 
     def close(self) -> None:
+        self._write_buffer()
         if self._writer is not None:
             self._writer.close()
             self._writer = None

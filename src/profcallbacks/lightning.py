@@ -1,0 +1,231 @@
+"""The Lightning front end: a ``Callback`` that translates Trainer hooks into session calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from lightning.pytorch.profilers import PassThroughProfiler, PyTorchProfiler
+    from typing_extensions import override
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ModuleNotFoundError(
+        f"profcallbacks.lightning needs Lightning ({exc.name} is missing): "
+        "pip install 'profcallbacks[lightning]'") from exc
+
+from profcallbacks.config import ProfilerConfig
+from profcallbacks.detectors import default_detectors
+from profcallbacks.detectors.slowdown import SlowdownConfig
+from profcallbacks.detectors.stall import StallConfig
+from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options import TraceOptions
+from profcallbacks.ranks import RankInfo
+from profcallbacks.schedule import Schedule
+from profcallbacks.session import ProfilingSession
+
+log = logging.getLogger(__name__)
+
+
+class ProfilerCallback(Callback):
+    """Profiles ``Trainer.fit``: step timing always, torch.profiler only in capture windows.
+
+    A step is one optimizer step (``accumulate_grad_batches`` micro-batches); its time and its
+    ``ProfilerStep#N`` range hold its batch fetches, forwards, backwards and optimizer step.
+    Validation, epoch ends and checkpoints belong to no step. Steps are numbered by
+    ``trainer.global_step``, also after resuming from a checkpoint.
+
+    Args:
+        logdir: Directory for traces, scalars and findings (default: ``trainer.log_dir``).
+        schedule: Scheduled captures (``None``: only on demand).
+        trace: What each capture records.
+        max_captures: Most captures in the run (a resumed run counts earlier ones).
+        capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
+        watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
+        capture_file_poll_s: Seconds between checks for that file.
+        log_every_n_steps: Steps per step-time summary.
+        tensorboard_scalars: Write ``profcallbacks/*`` scalars with a private SummaryWriter
+            (turned off on rank 0 when a ``TensorBoardLogger`` already writes to ``logdir``).
+        capture_on_slowdown: Capture the slow steps when a slowdown is detected.
+        ranks: Global ranks that write traces (``None``: all).
+        stall: Dataloader-stall detection settings (``None``: off).
+        slowdown: Step-slowdown alert settings (``None``: off).
+        sync_audit: Look for host-device sync points in the user's code.
+        on_finding: Called with each :class:`Finding` as it is made.
+
+    Example:
+        >>> callback = ProfilerCallback(schedule=Schedule(skip_first=10, active=5))
+        >>> trainer = Trainer(callbacks=[callback])     # doctest: +SKIP
+        >>> trainer.fit(model); callback.findings       # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
+                 schedule: Schedule | None = Schedule(),
+                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+                 capture_steps: int = 3, watch_capture_file: bool = True,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
+                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
+                 ranks: tuple[int, ...] | None = None,
+                 stall: StallConfig | None = StallConfig(),
+                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
+                 on_finding: FindingHandler | None = None) -> None:
+        self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
+                                     capture_steps=capture_steps,
+                                     watch_capture_file=watch_capture_file,
+                                     capture_file_poll_s=capture_file_poll_s,
+                                     log_every_n_steps=log_every_n_steps,
+                                     tensorboard_scalars=tensorboard_scalars,
+                                     capture_on_slowdown=capture_on_slowdown, ranks=ranks,
+                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit)
+        self.logdir: Path | None = Path(logdir) if logdir is not None else None
+        self.session: ProfilingSession | None = None
+        self._on_finding = on_finding
+        self._pending_captures: list[tuple[int, str]] = []
+        self._earlier_captures: list[Path] = []
+        self._captures_started = 0
+        self._findings: list[Finding] = []
+        self._global_step = 0
+        self._other_kineto = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Findings of the current (or last) fit on this rank."""
+        return self.session.findings if self.session is not None else self._findings
+
+    @property
+    def captures(self) -> list[Path]:
+        """Capture directories written so far, those of runs before a resume included."""
+        return self._earlier_captures + (self.session.captures if self.session else [])
+
+    def capture(self, steps: int | None = None) -> None:
+        """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
+        if self._other_kineto:
+            log.warning("profcallbacks: capture() ignored: Trainer(profiler=PyTorchProfiler) "
+                        "owns torch.profiler in this fit.")
+        elif self.session is not None:
+            self.session.request_capture(steps, trigger="manual")
+        elif steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                    or steps < 1):
+            raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
+        else:  # delivered when training starts
+            self._pending_captures.append((steps or self.config.capture_steps, "manual"))
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if self.logdir is None:  # a broadcast: every rank calls it here, together
+            self.logdir = Path(trainer.log_dir or trainer.default_root_dir)
+        other = getattr(trainer, "profiler", None)  # public, though set outside Trainer's stubs
+        self._other_kineto = isinstance(other, PyTorchProfiler)
+        if self._other_kineto:
+            log.warning("profcallbacks: Trainer(profiler=%s) is set as well as ProfilerCallback. "
+                        "Two torch.profilers in one process can crash kineto, so this callback "
+                        "takes no captures in this fit (step timing and findings go on). Remove "
+                        "Trainer(profiler=...) to get captures.", type(other).__name__)
+        elif other is not None and not isinstance(other, PassThroughProfiler):
+            log.warning("profcallbacks: Trainer(profiler=%s) is set as well as ProfilerCallback: "
+                        "its overhead lasts the whole run and counts in every step time.",
+                        type(other).__name__)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        assert self.logdir is not None, "setup() resolves logdir before training starts"
+        config = self.config
+        if trainer.is_global_zero and self._tensorboard_logger_writes_to(trainer, self.logdir):
+            config = dataclasses.replace(config, tensorboard_scalars=False)  # no double scalars
+        if self._other_kineto:
+            config = dataclasses.replace(config, schedule=None, watch_capture_file=False,
+                                         capture_on_slowdown=False)
+            self._pending_captures.clear()
+        rank = RankInfo.detect()  # the process group exists by now
+        self.session = ProfilingSession(
+            config, self.logdir, rank=rank, on_finding=self._on_finding,
+            detectors=default_detectors(config, rank),
+            metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
+            start_step=trainer.global_step)
+        self.session.restore(captures_started=self._captures_started)
+        for steps, trigger in self._pending_captures:
+            self.session.request_capture(steps, trigger)
+        self._pending_captures.clear()
+        self._global_step = trainer.global_step
+        self.session.open()
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self.session is not None:
+            self.session.resume()  # no-op unless an epoch end or a checkpoint paused it
+            self.session.batch_arrived()
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.session is None:
+            return
+        if trainer.global_step != self._global_step:  # the optimizer stepped in this batch
+            self._global_step = trainer.global_step
+            self.session.step_end()
+        else:
+            self.session.batch_done()
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.session is not None:
+            self.session.pause()
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.session is not None:
+            self.session.resume()
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.session is not None:
+            self.session.pause()
+
+    @override
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if self.session is not None:  # saving runs after every hook: the next batch resumes
+            self.session.pause()
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close(failed=False)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        self._close(failed=True)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """Captures taken so far: ``max_captures`` and ``captures`` span a resumed run."""
+        started = self.session.captures_started if self.session else self._captures_started
+        return {"captures_started": started, "captures": [str(p) for p in self.captures]}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._captures_started = int(state_dict.get("captures_started", 0))
+        self._earlier_captures = [Path(p) for p in state_dict.get("captures", [])]
+
+    def _close(self, *, failed: bool) -> None:
+        session, self.session = self.session, None
+        if session is None:
+            return
+        session.close(failed=failed)
+        self._captures_started = session.captures_started
+        self._earlier_captures += session.captures
+        self._findings = session.findings
+
+    @staticmethod
+    def _tensorboard_logger_writes_to(trainer: pl.Trainer, logdir: Path) -> bool:
+        return any(isinstance(logger, TensorBoardLogger)
+                   and Path(logger.log_dir).resolve() == logdir.resolve()
+                   for logger in trainer.loggers)

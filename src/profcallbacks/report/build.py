@@ -16,9 +16,9 @@ FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
 
 ADVICE = {
-    "dataloader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
-                        "persistent_workers=True, raise prefetch_factor, or move slow decoding and "
-                        "augmentation out of __getitem__/collate.",
+    "dataloader_stall": "Feed the training loop faster: raise DataLoader num_workers, set "
+                        "pin_memory=True and persistent_workers=True, raise prefetch_factor, or "
+                        "move slow decoding and augmentation out of __getitem__/collate.",
     "sync_point": "Keep values on the device inside the step: log .item()/.cpu()/.tolist() every N "
                   "steps, replace nonzero/boolean-mask indexing with torch.where or masked ops.",
     "step_slowdown": "Open the slowdown capture in TensorBoard or Perfetto and compare its top "
@@ -124,8 +124,7 @@ def group_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for kind, items in groups.items():
         severity = max((str(f["severity"]) for f in items), key=lambda s: _SEVERITY_ORDER.get(s, -1))
-        advice = next((f["details"]["advice"] for f in items
-                       if isinstance(f["details"].get("advice"), str)), ADVICE.get(kind))
+        advice = next((a for a in map(_advice, items) if a), ADVICE.get(kind))
         messages = list(dict.fromkeys(str(f["message"]) for f in items))
         out.append({"kind": kind, "count": len(items), "severity": severity,
                     "ranks": sorted({_int(f["rank"]) for f in items}),
@@ -134,6 +133,16 @@ def group_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "messages": messages[:5], "advice": advice})
     out.sort(key=lambda g: (-_SEVERITY_ORDER.get(g["severity"], -1), -g["count"], g["kind"]))
     return out
+
+
+def _advice(finding: dict[str, Any]) -> str | None:
+    """The finding's own advice (``details["advice"]``, a string or a list of strings)."""
+    advice = finding["details"].get("advice")
+    if isinstance(advice, str) and advice:
+        return advice
+    if isinstance(advice, list) and advice:
+        return "; ".join(str(a) for a in advice)
+    return None
 
 
 def _int(value: Any) -> int:

@@ -67,6 +67,12 @@ def step_time_svg(report: dict[str, Any]) -> str:
         colour = FINDING_COLOURS.get(str(f["kind"]), "#555")
         x = sx(f["step"])
         tip = escape(f"{f['kind']} at step {f['step']} (rank {f['rank']}): {f['message']}")
+        first, last = f["details"].get("first_step"), f["details"].get("last_step")
+        if isinstance(first, int) and isinstance(last, int) and last >= first:  # the episode
+            a, b = sx(first), sx(last + 1)
+            parts.append(f'<rect class="finding-span" data-kind="{escape(str(f["kind"]))}" '
+                         f'x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" height="6" '
+                         f'fill="{colour}" fill-opacity="0.7"><title>{tip}</title></rect>')
         parts.append(f'<line class="finding-marker" data-kind="{escape(str(f["kind"]))}" x1="{x:.1f}" '
                      f'x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="{colour}" stroke-width="2" '
                      f'stroke-dasharray="4 3"><title>{tip}</title></line>')

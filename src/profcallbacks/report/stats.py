@@ -9,9 +9,11 @@ from typing import Any
 from profcallbacks.report.traces import TraceSummary
 
 STRAGGLER_STEP_RATIO = 1.10
-"""A rank whose mean step time is this many times the median rank's is a straggler."""
+"""A rank whose mean step time is this many times the median of the other ranks' is a straggler."""
 STRAGGLER_WAIT_SHARE = 0.10
-"""A rank that waits for data longer than the median rank by this share of a step is a straggler."""
+"""A rank that waits for data longer than the other ranks (median) by this share of their step is a
+straggler: under DDP every rank waits for the slowest at each all-reduce, so step times even out
+and the extra data wait is what shows who held the others up."""
 
 INTERVAL_KEYS = ("rank", "first_step", "last_step", "steps", "step_time_ms", "step_time_ms_median",
                  "step_time_ms_max", "data_wait_ms", "data_wait_share")
@@ -67,19 +69,22 @@ def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def rank_comparison(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Slowest rank, spread of data-wait share (max - min), and stragglers with their reason."""
-    median_step = statistics.median(r["mean_ms"] for r in per_rank)
-    median_wait = statistics.median(r["data_wait_ms"] for r in per_rank)
+    """Slowest rank, spread of data-wait share (max - min), and stragglers with their reason.
+
+    Each rank is compared with the median of the other ranks.
+    """
     slowest = max(per_rank, key=lambda r: r["mean_ms"])
     shares = [r["data_wait_share"] for r in per_rank]
     stragglers = []
     for row in per_rank:
+        others = [r for r in per_rank if r is not row]
+        median_step = statistics.median(r["mean_ms"] for r in others)
+        extra_wait = row["data_wait_ms"] - statistics.median(r["data_wait_ms"] for r in others)
         reasons = []
         if median_step > 0 and row["mean_ms"] >= STRAGGLER_STEP_RATIO * median_step:
-            reasons.append(f"step time {row['mean_ms'] / median_step:.2f}x the median rank's")
-        extra_wait = row["data_wait_ms"] - median_wait
+            reasons.append(f"step time {row['mean_ms'] / median_step:.2f}x the other ranks'")
         if median_step > 0 and extra_wait >= STRAGGLER_WAIT_SHARE * median_step:
-            reasons.append(f"waits {extra_wait:.1f} ms/step longer for data than the median rank")
+            reasons.append(f"waits {extra_wait:.1f} ms/step longer for data than the other ranks")
         if reasons:
             stragglers.append({"rank": row["rank"], "mean_ms": row["mean_ms"],
                                "step_ratio": row["mean_ms"] / median_step if median_step else None,

@@ -21,7 +21,8 @@ def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
     if config.slowdown is not None:
         from profcallbacks.detectors.slowdown import SlowdownDetector
 
-        detectors.append(SlowdownDetector(config.slowdown, rank=rank.rank))
+        detectors.append(SlowdownDetector(config.slowdown, rank=rank.rank,
+                                          capture=config.capture_on_slowdown))
     return detectors
 
 

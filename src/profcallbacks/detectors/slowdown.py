@@ -122,6 +122,7 @@ class SlowdownDetector:
     Args:
         config: Thresholds and window sizes.
         rank: Global rank written into findings.
+        capture: Alerts ask for a capture of the slow steps (``capture_on_slowdown``).
 
     Example:
         >>> det = SlowdownDetector(SlowdownConfig(warmup_steps=0, baseline_steps=5, window=3))
@@ -130,9 +131,10 @@ class SlowdownDetector:
         [('step_slowdown', 2.0)]
     """
 
-    def __init__(self, config: SlowdownConfig, *, rank: int = 0) -> None:
+    def __init__(self, config: SlowdownConfig, *, rank: int = 0, capture: bool = True) -> None:
         self.config = config
         self.rank = rank
+        self.capture = capture
         self.baseline_s: float | None = None
         self.slow = False
         self._threshold = float(config.threshold)
@@ -160,11 +162,13 @@ class SlowdownDetector:
         return self._sum / (self._filled * self.baseline_s)
 
     def scalars(self) -> dict[str, float]:
-        """Values the session logs with each step-time summary."""
-        ratio = self.ratio
-        if ratio is None or self.baseline_s is None:
+        """Logged with each step-time summary: median of the last ``window`` steps over the
+        baseline (``slowdown_ratio``), and the baseline in milliseconds."""
+        if self.ratio is None or self.baseline_s is None:
             return {}
-        return {"slowdown_ratio": ratio, "baseline_step_time_ms": self.baseline_s * 1e3}
+        observed = _median([t for _, t in list(self._recent)[-len(self._ring):]])
+        return {"slowdown_ratio": observed / self.baseline_s,
+                "baseline_step_time_ms": self.baseline_s * 1e3}
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Takes one finished step; returns the findings it completes (usually none)."""
@@ -245,7 +249,8 @@ class SlowdownDetector:
         first = self._onset()
         observed = _median([t for s, t in self._recent if s >= first])
         cooldown = self.config.capture_cooldown_steps
-        capture = self._last_capture is None or step - self._last_capture >= cooldown
+        last = self._last_capture
+        capture = self.capture and (last is None or step - last >= cooldown)
         if capture:
             self._last_capture = step
         obs_ratio = observed / self.baseline_s
@@ -254,7 +259,8 @@ class SlowdownDetector:
             message=(f"steps are {obs_ratio:.2f}x slower since step {first}: "
                      f"{observed * 1e3:.1f} ms against a baseline of {self.baseline_s * 1e3:.1f} ms"
                      + ("; capturing the slow steps" if capture else
-                        f"; no capture (one was taken at step {self._last_capture})")),
+                        f"; no capture (one was asked for at step {last})" if self.capture
+                        else "")),
             details={"first_slow_step": first, "baseline_step_time_s": self.baseline_s,
                      "observed_step_time_s": observed, "ratio": round(obs_ratio, 4),
                      "window_ratio": round(ratio, 4), "threshold": self._threshold,

@@ -26,6 +26,7 @@ LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lig
              "transformers", "accelerate", "torchmetrics", "profcallbacks")
 # torch's thin public wrappers: a sync inside them belongs to the user line that called them
 _TORCH_WRAPPERS = ("_tensor.py", "functional.py", "overrides.py", "_ops.py", "_jit_internal.py",
+                   "_compile.py", os.path.join("_dynamo", "eval_frame.py"),
                    os.path.join("nn", "functional.py"), os.path.join("utils", "_python_dispatch.py"))
 _aten = torch.ops.aten
 _SCALAR = {_aten._local_scalar_dense.default: "item", _aten.is_nonzero.default: "bool(tensor)",
@@ -86,7 +87,7 @@ class _Frames:
             return self._cache[filename]
         path = os.path.normcase(filename)
         kind: str | None = None
-        if filename.startswith("<") or path == self._own:
+        if filename.startswith("<frozen") or path == self._own:
             kind = ""
         elif path.startswith(self._torch) and path[len(self._torch):] in _TORCH_WRAPPERS:
             kind = ""

@@ -10,8 +10,10 @@ from profcallbacks.syncpoints import SyncAuditor, audit_findings_of
 from profcallbacks.syncspy import SyncSpy
 from sync_scenario import EXPECTED, location, scenario_loss
 
+AUDIT = SyncAuditConfig(at_step=2)
 
-def run(tmp_path, steps=8, audit=SyncAuditConfig(at_step=2), schedule=None, body=None, pause_after=-1):
+
+def run(tmp_path, steps=8, audit=AUDIT, schedule=None, body=None, pause_after=-1):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)

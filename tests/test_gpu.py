@@ -1,0 +1,70 @@
+"""Checks that need a CUDA device (``pytest -m gpu``); skipped without one."""
+
+import gzip
+import json
+
+import pytest
+import torch
+
+from profcallbacks import Schedule, StepProfiler, SyncAuditConfig
+from profcallbacks.syncpoints import audit_findings_of
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+CUDA_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def busy_step(model, opt, x, sync):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if sync:
+        return loss.item()  # SYNC: gpu-item
+    return None
+
+
+def run(tmp_path, steps, sync, **options):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(512, 2048, device="cuda")
+    prof = StepProfiler(tmp_path, tensorboard_scalars=False, watch_capture_file=False, **options)
+    with prof:
+        for _ in range(steps):
+            busy_step(model, opt, x, sync)
+            prof.step()
+    torch.cuda.synchronize()
+    return prof
+
+
+def test_item_on_cuda_is_a_blocking_warning_at_its_line(tmp_path):
+    from sync_scenario import location
+
+    prof = run(tmp_path, 8, sync=True, schedule=None, sync_audit=SyncAuditConfig(at_step=3))
+    (site,) = [f for f in audit_findings_of(prof.findings)]
+    assert site.details["location"] == location("gpu-item", __file__)
+    assert site.severity == "warning" and site.details["on_device"] is True
+    assert site.details["blocking_ms_per_step"] > 0.05
+
+
+def test_profiled_steps_add_no_sync(tmp_path):
+    """Under sync_debug_mode="error", any sync profcallbacks added between steps would raise."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run(tmp_path, 12, sync=False, schedule=None, sync_audit=False)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_capture_holds_cuda_activity_and_the_users_sync(tmp_path):
+    prof = run(tmp_path, 8, sync=True, schedule=Schedule(skip_first=2, warmup=1, active=2),
+               sync_audit=False)
+    (capture,) = prof.captures
+    (path,) = capture.glob("*.pt.trace.json.gz")
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    syncs = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"].startswith(CUDA_SYNCS)]
+    assert kernels and syncs
+    assert max(e.get("dur", 0) for e in syncs) > 10  # microseconds blocked waiting for kernels

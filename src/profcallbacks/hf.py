@@ -1,0 +1,245 @@
+"""The Hugging Face Trainer front end: a ``TrainerCallback`` that drives the core session."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import weakref
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+try:
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("profcallbacks.hf needs transformers: pip install 'profcallbacks[hf]'") from exc
+
+from typing_extensions import override
+
+from profcallbacks.config import ProfilerConfig
+from profcallbacks.detectors import default_detectors
+from profcallbacks.detectors.slowdown import SlowdownConfig
+from profcallbacks.detectors.stall import StallConfig
+from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options import TraceOptions
+from profcallbacks.ranks import RankInfo
+from profcallbacks.schedule import Schedule
+from profcallbacks.session import ProfilingSession
+
+log = logging.getLogger(__name__)
+
+
+class ProfilerCallback(TrainerCallback):
+    """Profiles a Hugging Face ``Trainer`` run: step timing always, torch.profiler only in windows.
+
+    A step is one optimizer step: its micro-batches' fetch, forward and backward, and the
+    optimizer step. Logging, evaluation and checkpoint saving between steps belong to no step.
+    Options are those of :class:`~profcallbacks.StepProfiler`.
+
+    Args:
+        logdir: Directory for traces, scalars and findings. ``None``: where the Trainer's
+            TensorBoard integration writes (``$TENSORBOARD_LOGGING_DIR`` or
+            ``output_dir/runs/<date>_<host>``; ``args.logging_dir`` on transformers 4.x).
+
+    If ``train()`` raises, the Trainer calls no hook: the capture in progress is stopped and
+    exported as ``-partial`` when this callback is garbage-collected or the interpreter exits,
+    or at once by :meth:`close`.
+
+    Example:
+        >>> cb = ProfilerCallback(schedule=Schedule(skip_first=10, active=3))
+        >>> Trainer(model, args, train_dataset=ds, callbacks=[cb]).train()  # doctest: +SKIP
+        >>> cb.findings, cb.captures                                        # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
+                 schedule: Schedule | None = Schedule(), trace: TraceOptions = TraceOptions(),
+                 max_captures: int = 10, capture_steps: int = 3, watch_capture_file: bool = True,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
+                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
+                 ranks: tuple[int, ...] | None = None,
+                 stall: StallConfig | None = StallConfig(),
+                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
+                 on_finding: FindingHandler | None = None) -> None:
+        self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
+                                     capture_steps=capture_steps,
+                                     watch_capture_file=watch_capture_file,
+                                     capture_file_poll_s=capture_file_poll_s,
+                                     log_every_n_steps=log_every_n_steps,
+                                     tensorboard_scalars=tensorboard_scalars,
+                                     capture_on_slowdown=capture_on_slowdown, ranks=ranks,
+                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit)
+        self.logdir = None if logdir is None else Path(logdir)
+        self.session: ProfilingSession | None = None
+        self._on_finding = on_finding
+        self._requests: list[int | None] = []
+        self._metrics = _LatestMetrics()
+        self._closer: weakref.finalize | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.session.findings if self.session else []
+
+    @property
+    def captures(self) -> list[Path]:
+        """Capture directories written so far."""
+        return self.session.captures if self.session else []
+
+    def capture(self, steps: int | None = None) -> None:
+        """Capture ``steps`` steps (default ``capture_steps``) from the next step on."""
+        if self._closer is not None and self.session is not None:
+            self.session.request_capture(steps, trigger="manual")
+            return
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or steps < 1):
+            raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
+        self._requests.append(steps)  # before train(): asked for as soon as training starts
+
+    def close(self, *, failed: bool = True) -> None:
+        """Stop any capture (exported as partial) and finish exports.
+
+        Called by ``on_train_end``; call it yourself after ``train()`` raised if the process
+        goes on. Safe to call more than once.
+        """
+        closer, self._closer = self._closer, None
+        if closer is not None and closer.detach() is not None and self.session is not None:
+            self.session.close(failed=failed)
+
+    @override
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        self.close()  # a retry (auto_find_batch_size) after a failed train(): end that one first
+        rank = RankInfo.detect()
+        logdir = self.logdir or tensorboard_logdir(args, state, rank)
+        session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
+                                   detectors=default_detectors(self.config, rank),
+                                   metrics_sinks=[self._metrics.update],
+                                   start_step=state.global_step)
+        for steps in self._requests:  # asked for before train(): the window starts at once
+            session.request_capture(steps, trigger="manual")
+        self._requests.clear()
+        session.open()
+        self.session = session
+        self._closer = weakref.finalize(self, session.close, failed=True)
+        session.pause()  # evaluation on start and the epoch's set-up belong to no step
+
+    @override
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        if self._closer is not None and self.session is not None:
+            self.session.resume()
+
+    @override
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        # The Trainer fetched every micro-batch of this step before this hook.
+        if self._closer is not None and self.session is not None:
+            self.session.resume()  # only if a pause was never closed by a hook (a safety net)
+            self.session.batch_arrived()
+
+    @override
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        if self._closer is not None and self.session is not None:
+            self.session.step_end()
+            if _work_announced(control):
+                self.session.pause()  # logging, evaluation or saving runs next
+
+    @override
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        if self._closer is not None and self.session is not None and _work_announced(control):
+            self.session.pause()
+
+    @override
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self._closer is None or self.session is None:
+            return
+        values = self._metrics.take()
+        if values and logs is not None:
+            logs.update(values)  # callbacks after this one (printer, later integrations) see them
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1].update(values)  # and trainer_state.json keeps them
+        self._resume_when_done(args, control, after_evaluate=False)
+
+    @override
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        if self._closer is not None and self.session is not None:
+            self._resume_when_done(args, control, after_evaluate=True)
+
+    @override
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
+        if self._closer is not None and self.session is not None:
+            self._resume_when_done(args, control, after_evaluate=False)
+
+    @override
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        self.close(failed=False)
+
+    def _resume_when_done(self, args: TrainingArguments, control: TrainerControl, *,
+                          after_evaluate: bool) -> None:
+        """Resume step timing once the last announced log/evaluate/save hook has run."""
+        assert self.session is not None
+        if _work_announced(control):
+            return
+        if after_evaluate and args.save_strategy == "best":
+            return  # the Trainer decides after this hook whether to save: on_save resumes, or
+            # the next on_step_begin when it does not save
+        self.session.resume()
+
+
+class _LatestMetrics:
+    """The newest step-time summary, handed once to the Trainer's next log (to ``report_to``)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, float] = {}
+
+    def update(self, values: dict[str, float], step: int) -> None:
+        self._values = dict(values)
+
+    def take(self) -> dict[str, float]:
+        values, self._values = self._values, {}
+        return values
+
+
+def _work_announced(control: TrainerControl) -> bool:
+    """The Trainer will log, evaluate or save before fetching the next step's batches."""
+    return bool(control.should_log or control.should_evaluate or control.should_save)
+
+
+def tensorboard_logdir(args: TrainingArguments, state: TrainerState, rank: RankInfo) -> Path:
+    """The directory the Trainer's TensorBoard integration writes to, equal on every rank.
+
+    transformers 4.x: ``args.logging_dir``. 5.x: ``$TENSORBOARD_LOGGING_DIR``, else
+    ``output_dir/runs/<date>_<host>`` named at the integration's ``on_train_begin``, which runs
+    just before ours: an existing directory from the last seconds is that one. With several
+    ranks, rank 0's choice is broadcast.
+    """
+    legacy = getattr(args, "logging_dir", None)
+    if legacy:
+        return Path(legacy)
+    env = os.environ.get("TENSORBOARD_LOGGING_DIR")
+    if env:
+        return Path(env).expanduser()
+    runs = Path(args.output_dir or ".") / "runs"
+    now = datetime.now()
+    names = [f"{now - timedelta(seconds=s):%b%d_%H-%M-%S}_{socket.gethostname()}" for s in range(3)]
+    found = [runs / name for name in names if (runs / name).is_dir()]
+    path = found[0] if found else runs / names[0]
+    if state.is_hyper_param_search and state.trial_name:
+        path = path / state.trial_name
+    return _from_rank_zero(path) if rank.is_distributed else path
+
+
+def _from_rank_zero(path: Path) -> Path:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return path
+    box: list[Any] = [str(path)]
+    dist.broadcast_object_list(box, src=0)
+    return Path(box[0])

@@ -139,6 +139,9 @@ class SlowdownDetector:
         self.slow = False
         self._threshold = float(config.threshold)
         self._recover = config.recover_ratio
+        self._warmup, self._block_size = config.warmup_steps, config.baseline_steps
+        self._window, self._patience = config.window, config.patience
+        self._alert_sum = self._recover_sum = 0.0  # threshold x window x baseline (and recover)
         self._seen = 0
         self._block: list[float] = []
         self._last_block_median: float | None = None
@@ -172,57 +175,59 @@ class SlowdownDetector:
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Takes one finished step; returns the findings it completes (usually none)."""
-        if self._disabled:
+        if record.captured or record.after_pause or self._disabled:
             return ()
-        try:
-            return self._observe(record)
+        try:  # the common path is inlined: a few attribute reads and float operations
+            self._seen += 1
+            if self._seen <= self._warmup:
+                return ()
+            t = record.step_time_s
+            self._recent.append((record.step, t))
+            block = self._block
+            block.append(t)
+            if len(block) >= self._block_size and self._close_block():
+                pass  # the ring was rebuilt from the recent steps, this one included
+            elif self.baseline_s is None:
+                return ()
+            else:
+                cap, ring, pos = self._cap_s, self._ring, self._pos
+                capped = t if t < cap else cap
+                self._sum += capped - ring[pos]
+                ring[pos] = capped
+                pos += 1
+                self._pos = pos if pos < self._window else 0
+                if self._filled < self._window:
+                    self._filled += 1
+            if self._filled < self._window:
+                return ()
+            if not self.slow:
+                if self._sum < self._alert_sum:
+                    self._run = 0
+                    return ()
+                self._run += 1
+                return (self._alert(record.step),) if self._run >= self._patience else ()
+            return self._while_slow(record.step)
         except Exception as exc:  # never stop training over a detector
             log.warning("profcallbacks: slowdown detector failed at step %d (%s); it is "
                         "disabled for the rest of the run.", record.step, exc)
             self._disabled = True
             return ()
 
-    def _observe(self, record: StepRecord) -> Iterable[Finding]:
-        self._seen += 1
-        if record.captured or record.after_pause or self._seen <= self.config.warmup_steps:
-            return ()
-        t = record.step_time_s
-        self._recent.append((record.step, t))
-        block = self._block
-        block.append(t)
-        rebuilt = len(block) >= self.config.baseline_steps and self._close_block()
-        if self.baseline_s is None:
-            return ()
-        ring = self._ring
-        if not rebuilt:  # else the ring was rebuilt from recent steps, this one included
-            capped = t if t < self._cap_s else self._cap_s
-            pos = self._pos
-            self._sum += capped - ring[pos]
-            ring[pos] = capped
-            self._pos = pos + 1 if pos + 1 < len(ring) else 0
-            if self._filled < len(ring):
-                self._filled += 1
-        if self._filled < len(ring):
-            return ()
-        ratio = self._sum / (len(ring) * self.baseline_s)
-        if not self.slow:
-            self._run = self._run + 1 if ratio >= self._threshold else 0
-            if self._run >= self.config.patience:
-                return (self._alert(record.step, ratio),)
-            return ()
+    def _while_slow(self, step: int) -> Iterable[Finding]:
         self._slow_steps += 1
-        self._run = self._run + 1 if ratio < self._recover else 0
-        if self._run >= self.config.patience:
-            return (self._recovered(record.step, ratio),)
+        self._run = self._run + 1 if self._sum < self._recover_sum else 0
+        if self._run >= self._patience:
+            return (self._recovered(step),)
         limit = self.config.rebaseline_after_steps
         if limit is not None and self._slow_steps >= limit:
-            return (self._rebaseline(record.step),)
+            return (self._rebaseline(step),)
         return ()
 
     def _close_block(self) -> bool:
         """A block of ``baseline_steps`` is complete: set or lower the baseline (True if so)."""
         median = _median(self._block)
         self._block = []
+        self._sum = sum(self._ring)  # no rounding drift in the running sum
         previous, self._last_block_median = self._last_block_median, median
         if self.baseline_s is None:
             self._set_baseline(median)
@@ -242,9 +247,12 @@ class SlowdownDetector:
         self._filled = len(recent)
         self._pos = self._filled % len(self._ring)
         self._sum = sum(self._ring)
+        self._alert_sum = self._threshold * self._window * baseline_s
+        self._recover_sum = self._recover * self._window * baseline_s
 
-    def _alert(self, step: int, ratio: float) -> Finding:
+    def _alert(self, step: int) -> Finding:
         assert self.baseline_s is not None
+        ratio = self._sum / (self._window * self.baseline_s)
         self.slow, self._run, self._alert_step, self._slow_steps = True, 0, step, 0
         first = self._onset()
         observed = _median([t for s, t in self._recent if s >= first])
@@ -278,8 +286,9 @@ class SlowdownDetector:
                 best, best_step = total, step
         return best_step
 
-    def _recovered(self, step: int, ratio: float) -> Finding:
+    def _recovered(self, step: int) -> Finding:
         assert self.baseline_s is not None
+        ratio = self._sum / (self._window * self.baseline_s)
         self.slow, self._run = False, 0
         return Finding(
             "step_speed_recovered", step=step, rank=self.rank, severity="info",

@@ -65,7 +65,8 @@ class ProfilingSession:
     def __init__(self, config: ProfilerConfig, logdir: Path, *, rank: RankInfo | None = None,
                  clock: Clock = time.perf_counter, on_finding: FindingHandler | None = None,
                  detectors: Iterable[Detector] = (), metrics_sinks: Iterable[MetricsSink] = (),
-                 start_step: int = 0, auditor: StepAuditor | None = None) -> None:
+                 start_step: int = 0, auditor: StepAuditor | None = None,
+                 log_findings: bool = True) -> None:
         self.config = config
         self.logdir = Path(logdir)
         self.rank = rank or RankInfo.detect()
@@ -74,7 +75,10 @@ class ProfilingSession:
         self._auditor = auditor if auditor is not None else default_auditor(config, self.rank)
         self._auditing = False
         self._metrics_sinks = list(metrics_sinks)
-        self._router = FindingRouter([log_finding] + ([on_finding] if on_finding else []))
+        # log_findings=False: findings still reach files, TensorBoard and on_finding, not logging
+        # (front ends pass it on ranks other than the world's first, so only one process prints)
+        self._router = FindingRouter(([log_finding] if log_findings else [])
+                                     + ([on_finding] if on_finding else []))
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
         self._times = StepTimes(interval=config.log_every_n_steps)
         self._tensorboard: TensorBoardWriter | None = None

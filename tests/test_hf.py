@@ -167,6 +167,19 @@ def test_capture_requested_before_training(tmp_path):
     assert captured_steps(tmp_path / "prof") == {"step000001-manual": [1, 2]}
 
 
+def test_session_without_finding_logs_still_records_findings(tmp_path, caplog):
+    from profcallbacks import Finding, ProfilerConfig, ProfilingSession
+
+    session = ProfilingSession(ProfilerConfig(schedule=None, tensorboard_scalars=False), tmp_path,
+                               log_findings=False)
+    session.open()
+    with caplog.at_level("INFO", logger="profcallbacks"):
+        session.emit(Finding("dataloader_stall", step=0, rank=1, severity="warning", message="x"))
+    session.close()
+    assert caplog.records == [] and len(session.findings) == 1
+    assert (tmp_path / "profcallbacks" / "rank0.findings.jsonl").read_text().count("\n") == 1
+
+
 def test_missing_transformers_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
     monkeypatch.delitem(sys.modules, "profcallbacks.hf")

@@ -114,7 +114,8 @@ class ProfilerCallback(TrainerCallback):
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
                                    detectors=default_detectors(self.config, rank),
                                    metrics_sinks=[self._metrics.update],
-                                   start_step=state.global_step)
+                                   start_step=state.global_step,
+                                   log_findings=state.is_world_process_zero)
         for steps in self._requests:  # asked for before train(): the window starts at once
             session.request_capture(steps, trigger="manual")
         self._requests.clear()

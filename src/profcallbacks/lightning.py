@@ -28,6 +28,7 @@ from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
 from profcallbacks.session import ProfilingSession
+from profcallbacks.syncpoints import SyncAuditConfig
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class ProfilerCallback(Callback):
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
+                 slowdown: SlowdownConfig | None = SlowdownConfig(),
+                 sync_audit: bool | SyncAuditConfig = True,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                      capture_steps=capture_steps,
@@ -154,7 +156,9 @@ class ProfilerCallback(Callback):
             self.session.request_capture(steps, trigger)
         self._pending_captures.clear()
         self._global_step = trainer.global_step
+        self.session.set_loader(trainer.train_dataloader)
         self.session.open()
+        self.session.pause()  # epoch start hooks belong to no step: the first batch resumes
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

@@ -4,6 +4,7 @@ from profcallbacks._version import __version__
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.detectors.slowdown import SlowdownConfig
 from profcallbacks.detectors.stall import StallConfig
+from profcallbacks.detectors.straggler import StragglerConfig
 from profcallbacks.findings import Finding
 from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
@@ -22,6 +23,7 @@ __all__ = [
     "SlowdownConfig",
     "StallConfig",
     "StepProfiler",
+    "StragglerConfig",
     "SyncAuditConfig",
     "TraceOptions",
     "__version__",

@@ -23,6 +23,10 @@ def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
 
         detectors.append(SlowdownDetector(config.slowdown, rank=rank.rank,
                                           capture=config.capture_on_slowdown))
+        if config.slowdown.straggler is not None:
+            from profcallbacks.detectors.straggler import StragglerDetector
+
+            detectors.append(StragglerDetector(config.slowdown.straggler, rank=rank.rank))
     return detectors
 
 

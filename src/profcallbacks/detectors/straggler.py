@@ -1,0 +1,192 @@
+"""Cross-rank straggler check: every N steps, one all_gather of a few floats per rank.
+
+Every rank keeps the step times and data waits of its eligible steps (not captured, not right after
+a pause) since the last check. At each step whose number is a multiple of ``every_n_steps`` (minus
+one: steps 199, 399, ... for 200), every rank calls one ``all_gather`` of three floats (median step
+time, mean data wait, step count) on the default process group; never on other steps. Because the
+check steps depend on the step number alone, all ranks meet at the same collective.
+
+A rank is slow in a check when its median step time is above ``threshold`` x the median of the
+other ranks' medians, or when it waits for data longer than the others by more than
+``threshold - 1`` of their step time. A rank slow in ``consecutive`` checks in a row is reported
+once (``Finding(kind="straggler")`` on global rank 0), until it stops being slow.
+
+Off by default (``SlowdownConfig(straggler=None)``): every rank must run the profiler and reach
+the same steps, or the rank that calls the collective alone waits for ever. A profiler built on
+rank 0 only (``if rank == 0: prof = StepProfiler(...)``) is a common pattern this must not hang.
+
+In synchronous data parallel training (DDP, FSDP) the gradient all-reduce makes every rank's
+step time that of the slowest, so step times rarely differ: a straggler then shows as the rank
+that waits less inside the step, which the host clock cannot see, or as the rank that waits longer
+for its data, which this check reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from profcallbacks.findings import Finding
+from profcallbacks.timing import StepRecord
+
+log = logging.getLogger(__name__)
+
+Gather = Callable[[list[float]], list[list[float]]]
+"""Takes this rank's summary floats; returns every rank's, indexed by rank (a collective)."""
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    """When a rank counts as a straggler.
+
+    Args:
+        every_n_steps: Steps between checks; each check is one all_gather of 3 floats per rank.
+        threshold: A rank's median step time over the other ranks' median that counts as slow.
+        consecutive: Checks in a row a rank must be slow in before it is reported.
+        min_steps: Fewest eligible steps a rank needs in a check for it to be judged.
+
+    Example:
+        >>> from profcallbacks import SlowdownConfig
+        >>> SlowdownConfig(straggler=StragglerConfig(every_n_steps=500)).straggler.threshold
+        1.15
+    """
+
+    every_n_steps: int = 200
+    threshold: float = 1.15
+    consecutive: int = 2
+    min_steps: int = 10
+
+    def __post_init__(self) -> None:
+        for name, minimum, example in (("every_n_steps", 2, "200"), ("consecutive", 1, "2"),
+                                       ("min_steps", 1, "10")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"StragglerConfig({name}={value!r}): {name} must be an int of "
+                                 f"at least {minimum}. Use e.g. {name}={example}.")
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
+            raise ValueError(f"StragglerConfig(threshold={t!r}): threshold is a ratio of step "
+                             "times and must be above 1. Use e.g. threshold=1.15.")
+
+
+class StragglerDetector:
+    """Flags a rank that is consistently slower than the others.
+
+    Args:
+        config: Check interval and thresholds.
+        rank: This process's global rank (findings are emitted on rank 0 only).
+        gather: The collective (default: ``torch.distributed.all_gather`` on the default group,
+            checked at the first check step; without an initialised group of 2+ ranks the
+            detector turns itself off).
+
+    Example:
+        >>> det = StragglerDetector(StragglerConfig(every_n_steps=2, consecutive=1, min_steps=1),
+        ...                         rank=0, gather=lambda mine: [mine, [mine[0] * 2, 0.0, 2.0]])
+        >>> [f.details["slow_rank"] for i in range(2) for f in det.observe(StepRecord(i, 0.1, 0))]
+        [1]
+    """
+
+    def __init__(self, config: StragglerConfig, *, rank: int = 0,
+                 gather: Gather | None = None) -> None:
+        self.config = config
+        self.rank = rank
+        self._gather = gather
+        self._every = config.every_n_steps
+        self._times: list[float] = []
+        self._wait_s = 0.0
+        self._streak: dict[int, int] = {}
+        self._reported: set[int] = set()
+        self._disabled = False
+
+    def observe(self, record: StepRecord) -> Iterable[Finding]:
+        """Collects one step; at check steps, meets the other ranks (a collective)."""
+        if not (record.captured or record.after_pause):
+            self._times.append(record.step_time_s)
+            self._wait_s += record.data_wait_s
+        if (record.step + 1) % self._every or self._disabled:
+            return ()
+        try:
+            return self._check(record.step)
+        except Exception as exc:  # never stop training over a detector
+            log.warning("profcallbacks: straggler check failed at step %d (%s); it is disabled "
+                        "for the rest of the run.", record.step, exc)
+            self._disabled = True
+            return ()
+
+    def _check(self, step: int) -> list[Finding]:
+        times, self._times = self._times, []
+        wait, self._wait_s = self._wait_s, 0.0
+        gather = self._gather or _default_gather()
+        if gather is None:
+            log.info("profcallbacks: no torch.distributed group of 2+ ranks; the straggler check "
+                     "is off.")
+            self._disabled = True
+            return []
+        self._gather = gather
+        mine = [statistics.median(times) if times else 0.0,
+                wait / len(times) if times else 0.0, float(len(times))]
+        summaries = gather(mine)
+        if self.rank != 0:
+            return []
+        return self._judge(step, summaries)
+
+    def _judge(self, step: int, summaries: list[list[float]]) -> list[Finding]:
+        judged = {r: s for r, s in enumerate(summaries) if s[2] >= self.config.min_steps}
+        findings = []
+        for r, (median_s, wait_s, _) in judged.items():
+            others = [s for o, s in judged.items() if o != r]
+            if not others:
+                continue
+            ref_s = statistics.median(s[0] for s in others)
+            ref_wait_s = statistics.median(s[1] for s in others)
+            slow_time = median_s > self.config.threshold * ref_s
+            slow_wait = wait_s - ref_wait_s > (self.config.threshold - 1.0) * ref_s
+            if not (slow_time or slow_wait):
+                self._streak.pop(r, None)
+                self._reported.discard(r)
+                continue
+            self._streak[r] = self._streak.get(r, 0) + 1
+            if self._streak[r] >= self.config.consecutive and r not in self._reported:
+                self._reported.add(r)
+                findings.append(self._finding(step, r, median_s, wait_s, ref_s, ref_wait_s,
+                                              slow_time))
+        return findings
+
+    def _finding(self, step: int, slow_rank: int, median_s: float, wait_s: float, ref_s: float,
+                 ref_wait_s: float, slow_time: bool) -> Finding:
+        ratio = median_s / ref_s if ref_s > 0 else float("inf")
+        cause = (f"its steps take {median_s * 1e3:.1f} ms against {ref_s * 1e3:.1f} ms on the "
+                 f"other ranks ({ratio:.2f}x)" if slow_time else
+                 f"it waits {wait_s * 1e3:.1f} ms per step for data against "
+                 f"{ref_wait_s * 1e3:.1f} ms on the other ranks: its loader holds every rank back")
+        return Finding(
+            "straggler", step=step, rank=self.rank, severity="warning",
+            message=f"rank {slow_rank} is a straggler in {self._streak[slow_rank]} checks in a "
+                    f"row: {cause}",
+            details={"slow_rank": slow_rank, "step_time_s": median_s,
+                     "others_step_time_s": ref_s, "ratio": round(ratio, 4),
+                     "data_wait_s": wait_s, "others_data_wait_s": ref_wait_s,
+                     "checks": self._streak[slow_rank], "every_n_steps": self._every})
+
+
+def _default_gather() -> Gather | None:
+    """``all_gather`` on the default process group, or None without one of 2+ ranks."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    world = dist.get_world_size()
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+
+    def gather(mine: list[float]) -> list[list[float]]:
+        local = torch.tensor(mine, dtype=torch.float64, device=device)
+        out = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(out, local)
+        return [t.tolist() for t in out]  # a device sync on NCCL, once per check
+
+    return gather

@@ -118,15 +118,16 @@ class TraceExporter:
     def _try_publish(self, name: str, *, force: bool) -> None:
         stage = self._staging / name
         ready = sorted(stage.glob("*" + _READY)) if stage.is_dir() else []
-        if not stage.is_dir():
-            self._waiting.discard(name)  # another rank published it
+        if not stage.is_dir():  # another rank published it
+            self._waiting.discard(name)
+            self.exported.append(self._logdir / name)
             return
         if len(ready) < self._tracing_ranks and not force:
             return
         try:
             (stage / ".publishing").mkdir()
-        except FileExistsError:
-            return  # another rank is publishing
+        except (FileExistsError, FileNotFoundError):
+            return  # another rank is publishing (or just has)
         final = self._logdir / name
         for path in ready:
             os.replace(path, stage / path.name[: -len(_READY)])

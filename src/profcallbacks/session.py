@@ -16,7 +16,8 @@ from profcallbacks.detectors import default_auditor
 from profcallbacks.export import TraceExporter
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.loaders import describe_loader
-from profcallbacks.planner import CapturePlanner
+from profcallbacks.agreement import TriggerAgreement
+from profcallbacks.planner import CapturePlanner, CaptureRequest
 from profcallbacks.postprocess import CaptureInfo
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Phase
@@ -95,6 +96,7 @@ class ProfilingSession:
         self._after_pause = True
         self._paused = False
         self._opened = False
+        self._agreement: TriggerAgreement | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -148,6 +150,7 @@ class ProfilingSession:
         tracing = len(self.config.ranks) if self.config.ranks else self.rank.world_size
         self._exporter = TraceExporter(self.logdir, tracing_ranks=min(tracing,
                                                                       self.rank.world_size))
+        self._agreement = _agreement_for(self.rank, self.config.log_every_n_steps)
         self._tid = threading.get_native_id()
         self._opened = True
         self._begin_step()
@@ -158,7 +161,11 @@ class ProfilingSession:
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
                                   or steps < 1):
             raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
-        self._planner.request(steps or self.config.capture_steps, trigger)
+        request = CaptureRequest(steps or self.config.capture_steps, trigger)
+        if self._agreement is not None and self._agreement.enabled:
+            self._agreement.hold(request)
+        else:
+            self._planner.request(request.active, request.trigger)
 
     def data_wait(self, seconds: float) -> None:
         """Add ``seconds`` spent waiting for a batch of the current step."""
@@ -237,6 +244,11 @@ class ProfilingSession:
             requested = self._file_trigger.poll(self._step_start)
             if requested is not None:
                 self.request_capture(requested or None, trigger="file")
+        agreement = self._agreement
+        if agreement is not None and self.step % agreement.every == 0 and agreement.enabled:
+            agreed = agreement.exchange()
+            if agreed is not None:
+                self._planner.request(agreed.active, agreed.trigger)
         self._update_capture()
         auditor = self._auditor
         if auditor is not None and auditor.next_step is not None and \
@@ -345,6 +357,20 @@ class ProfilingSession:
                 log.warning("profcallbacks: cannot write %s (%s); step summaries are no longer "
                             "saved.", self._steps_file.path, exc)
                 self._steps_file = None
+
+
+def _agreement_for(rank: RankInfo, every: int) -> TriggerAgreement | None:
+    """Agreement on triggered captures when several ranks share an initialised process group."""
+    import torch.distributed as dist
+
+    if not rank.is_distributed:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        log.warning("profcallbacks: WORLD_SIZE=%d but torch.distributed is not initialised when "
+                    "profiling starts; triggered captures stay per rank (scheduled ones still "
+                    "agree). Initialise the process group first.", rank.world_size)
+        return None
+    return TriggerAgreement(every)
 
 
 def _prepare_logdir(logdir: Path) -> Path:

@@ -1,0 +1,62 @@
+"""Triggered captures agreed across ranks, so every rank records the same steps."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import torch
+
+from profcallbacks.planner import CaptureRequest
+
+log = logging.getLogger(__name__)
+
+TRIGGER_CODES = {"manual": 1, "file": 2, "slowdown": 3}
+_TRIGGERS = {code: name for name, code in TRIGGER_CODES.items()}
+
+
+class TriggerAgreement:
+    """Holds this rank's capture requests and shares them with all ranks every ``every`` steps.
+
+    Scheduled windows need no talking (they depend on the step number alone). A request made on
+    any rank (``capture()``, the CAPTURE file, a slowdown alert) is held until the next step that
+    is a multiple of ``every``; there every rank calls one ``all_reduce`` (MAX) of two integers on
+    the existing default process group, and all ranks open the same window at the same step.
+    Cost: one tiny collective every ``every`` steps, never per step.
+
+    Example:
+        >>> agreement = TriggerAgreement(every=50)      # doctest: +SKIP
+        >>> agreement.hold(CaptureRequest(active=5, trigger="file"))
+        >>> agreement.exchange()  # at steps 0, 50, 100...: the request every rank agreed on
+    """
+
+    def __init__(self, every: int, *, timeout_s: float = 300.0) -> None:
+        self.every = every
+        self._timeout = datetime.timedelta(seconds=timeout_s)
+        self._held: CaptureRequest | None = None
+        self.enabled = True
+
+    def hold(self, request: CaptureRequest) -> None:
+        if self._held is None or request.active > self._held.active:
+            self._held = request
+
+    def exchange(self) -> CaptureRequest | None:
+        """The request agreed by all ranks (None: nobody asked). Call on every rank at once."""
+        import torch.distributed as dist
+
+        held, self._held = self._held, None
+        code = TRIGGER_CODES.get(held.trigger, 1) if held else 0
+        device = torch.device("cuda", torch.cuda.current_device()) \
+            if dist.get_backend() == "nccl" else torch.device("cpu")
+        values = torch.tensor([held.active if held else 0, code], dtype=torch.int64, device=device)
+        try:
+            work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
+            if work is not None:
+                work.wait(self._timeout)
+        except Exception as exc:  # a rank has gone (stopped early or crashed): stop agreeing
+            log.warning("profcallbacks: could not agree on captures with the other ranks (%s); "
+                        "requested captures are now per rank.", exc)
+            self.enabled = False
+            return held
+        active, code = (int(v) for v in values.tolist())
+        return CaptureRequest(active, _TRIGGERS.get(code, "manual")) if active else None

@@ -120,6 +120,8 @@ class ProfilerCallback(TrainerCallback):
             session.request_capture(steps, trigger="manual")
         self._requests.clear()
         session.open()
+        if kwargs.get("train_dataloader") is not None:
+            session.set_loader(kwargs["train_dataloader"])  # its settings shape stall advice
         self.session = session
         self._closer = weakref.finalize(self, session.close, failed=True)
         session.pause()  # evaluation on start and the epoch's set-up belong to no step

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.postprocess import DATALOADER_PREFIXES
-from profcallbacks.report.reading import ReadError, read_json
+from profcallbacks.report.reading import ReadError, gc_paused, read_json
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
@@ -52,10 +52,11 @@ def summarise_file(path: Path) -> TraceSummary:
     Raises:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
-    trace = read_json(path)
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ReadError(path, "not a Chrome trace (no traceEvents list)")
-    return summarise(trace, path)
+    with gc_paused():
+        trace = read_json(path)
+        if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+            raise ReadError(path, "not a Chrome trace (no traceEvents list)")
+        return summarise(trace, path)
 
 
 def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:

@@ -28,6 +28,7 @@ def fast_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # drop what training printed (the HF Trainer prints its logs)
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
@@ -206,3 +207,63 @@ def test_parent_directory_with_one_run_is_found(run: Path, tmp_path: Path,
     shutil.copytree(run, tmp_path / "output" / "runs" / "exp2")
     code, _, err = cli(capsys, "report", str(tmp_path / "output"))
     assert code == 2 and "holds 2 runs" in err
+
+
+# --- Lightning and Hugging Face runs ---------------------------------------------------------
+
+def _check_framework_report(report: dict[str, Any], steps: int) -> None:
+    assert report["problems"] == [] and report["readable"]
+    assert report["steps"]["steps"] == steps
+    ((capture),) = report["captures"]
+    assert capture["trigger"] == "schedule" and capture["steps"] == [3, 4, 5]
+    assert report["breakdown"]["steps"] == 3 and report["breakdown"]["compute_ms"] > 0
+    names = [o["name"] for o in report["top_operators"]["cpu"]]
+    assert any(n in names for n in ("aten::addmm", "aten::mm", "aten::linear"))
+
+
+def test_report_of_a_real_lightning_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profcallbacks import Schedule
+    from profcallbacks.lightning import ProfilerCallback
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    callback = ProfilerCallback(tmp_path / "pl", schedule=Schedule(skip_first=2, warmup=1, active=3),
+                                log_every_n_steps=4, tensorboard_scalars=False, watch_capture_file=False)
+    trainer = pl.Trainer(max_steps=12, logger=False, enable_checkpointing=False, accelerator="cpu",
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(64, 16)), batch_size=4))
+    _check_framework_report(report_json(capsys, tmp_path / "pl"), steps=12)
+
+
+def test_report_of_a_real_hf_trainer_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transformers = pytest.importorskip("transformers")
+    import importlib.util
+
+    from profcallbacks import Schedule
+    from profcallbacks.hf import ProfilerCallback
+
+    spec = importlib.util.spec_from_file_location(
+        "hf_example", Path(__file__).resolve().parents[1] / "examples" / "hf_example.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    callback = ProfilerCallback(tmp_path / "hf", schedule=Schedule(skip_first=2, warmup=1, active=3),
+                                log_every_n_steps=4, tensorboard_scalars=False, watch_capture_file=False)
+    args = example.training_args(str(tmp_path / "out"), max_steps=12)
+    transformers.Trainer(model=example.TinyRegressor(), args=args,
+                         train_dataset=example.SyntheticRegression(256), callbacks=[callback]).train()
+    _check_framework_report(report_json(capsys, tmp_path / "hf"), steps=12)

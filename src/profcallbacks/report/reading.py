@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-try:  # optional speed-up: orjson parses a trace ~3-4x faster than the standard library
+try:  # optional speed-up: orjson parses a trace 2-4x faster than the standard library
     import orjson
 
     _loads: Callable[[bytes | bytearray], Any] = orjson.loads
@@ -134,7 +134,7 @@ def parse_json(path: Path, data: bytes | bytearray) -> Any:
     if PARSER == "json" and len(data) >= PROGRESS_MIN_BYTES and not _hinted:
         _hinted = True
         log.warning("profcallbacks: large trace; pip install 'profcallbacks[report]' (orjson) parses "
-                    "it about 4x faster.")
+                    "it 2-4x faster.")
     try:
         return _loads(data)
     except ValueError as exc:  # json.JSONDecodeError, orjson.JSONDecodeError, UnicodeDecodeError

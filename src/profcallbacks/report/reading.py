@@ -27,8 +27,10 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
 log = logging.getLogger(__name__)
 _hinted = False
 _CHUNK = 4 << 20
-PROGRESS_MIN_BYTES = 16 << 20
-"""Compressed files at least this large show a progress bar (when stderr is a terminal)."""
+PROGRESS_MIN_BYTES = 4 << 20
+"""Files at least this large on disk (~60 MB of trace JSON once gunzipped, a few seconds to read)
+show a progress bar when stderr is a terminal."""
+_HINT_MIN_BYTES = 32 << 20
 
 
 class ReadError(Exception):
@@ -131,7 +133,7 @@ def read_bytes(path: Path) -> bytearray:
 def parse_json(path: Path, data: bytes | bytearray) -> Any:
     """Parses ``data`` (read from ``path``) with orjson when installed, else the standard library."""
     global _hinted
-    if PARSER == "json" and len(data) >= PROGRESS_MIN_BYTES and not _hinted:
+    if PARSER == "json" and len(data) >= _HINT_MIN_BYTES and not _hinted:
         _hinted = True
         log.warning("profcallbacks: large trace; pip install 'profcallbacks[report]' (orjson) parses "
                     "it 2-4x faster.")

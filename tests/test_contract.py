@@ -134,13 +134,7 @@ def test_stalled_loader_and_sync_points_give_the_same_findings(tmp_path, front_e
     assert summary(findings) == {"stall": [True], "sync": EXPECTED}
 
 
-LIGHTNING_WAIT = pytest.mark.xfail(strict=False, reason=(
-    "the Lightning adapter times data wait from on_train_batch_end to on_train_batch_start, which "
-    "also holds Lightning's own per-step loop work: ~5 ms/step here, 21% of a 29 ms step"))
-
-
-@pytest.mark.parametrize("front_end", [pytest.param(f, marks=LIGHTNING_WAIT) if f == "lightning"
-                                       else f for f in FRONT_ENDS])
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_fast_loader_gives_no_stall(tmp_path, front_end):
     findings = FRONT_ENDS[front_end](tmp_path, SleepyDataset(0.0), STEPS, OPTIONS)
     assert summary(findings) == {"stall": [], "sync": EXPECTED}

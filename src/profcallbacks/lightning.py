@@ -24,6 +24,7 @@ from profcallbacks.detectors import default_detectors
 from profcallbacks.detectors.slowdown import SlowdownConfig
 from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
@@ -93,6 +94,8 @@ class ProfilerCallback(Callback):
         self._findings: list[Finding] = []
         self._global_step = 0
         self._other_kineto = False
+        self._trainer: Any = None
+        self._fetch_timer: FetchTimer | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -157,6 +160,9 @@ class ProfilerCallback(Callback):
         self._pending_captures.clear()
         self._global_step = trainer.global_step
         self.session.set_loader(trainer.train_dataloader)
+        self._trainer = trainer  # Any: Trainer sets .profiler outside its type stubs
+        self._fetch_timer = FetchTimer(self._trainer.profiler, self.session.data_wait)
+        self._trainer.profiler = self._fetch_timer  # public attribute; restored in _close
         self.session.open()
         self.session.pause()  # epoch start hooks belong to no step: the first batch resumes
 
@@ -165,7 +171,6 @@ class ProfilerCallback(Callback):
                              batch: Any, batch_idx: int) -> None:
         if self.session is not None:
             self.session.resume()  # no-op unless an epoch end or a checkpoint paused it
-            self.session.batch_arrived()
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -175,8 +180,6 @@ class ProfilerCallback(Callback):
         if trainer.global_step != self._global_step:  # the optimizer stepped in this batch
             self._global_step = trainer.global_step
             self.session.step_end()
-        else:
-            self.session.batch_done()
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -223,6 +226,9 @@ class ProfilerCallback(Callback):
         session, self.session = self.session, None
         if session is None:
             return
+        if self._trainer is not None and self._trainer.profiler is self._fetch_timer:
+            self._trainer.profiler = self._fetch_timer.inner  # nothing of ours stays installed
+        self._trainer = None
         session.close(failed=failed)
         self._captures_started = session.captures_started
         self._earlier_captures += session.captures

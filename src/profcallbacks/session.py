@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from profcallbacks.agreement import TriggerAgreement
 from profcallbacks.capture import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.detectors import default_auditor
 from profcallbacks.export import TraceExporter
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.loaders import describe_loader
-from profcallbacks.agreement import TriggerAgreement
 from profcallbacks.planner import CapturePlanner, CaptureRequest
 from profcallbacks.postprocess import CaptureInfo
 from profcallbacks.ranks import RankInfo

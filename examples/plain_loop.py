@@ -50,19 +50,20 @@ def main() -> None:
 
     prof = StepProfiler(args.logdir, schedule=Schedule(skip_first=10, warmup=1, active=5, repeat=2,
                                                        wait=20), log_every_n_steps=10)
+    total_loss = 0.0
     with prof:
         for step, (x, y) in enumerate(prof.wrap(loader)):
             loss = nn.functional.mse_loss(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            if step % 50 == 0:
-                print(f"step {step}: loss {loss.item():.4f}")  # a deliberate sync point
+            total_loss += loss.item()  # a deliberate sync point: the audit reports this line
             prof.step()
             if step == 80:
                 prof.capture(steps=3)  # an on-demand capture
             if step + 1 >= args.steps:
                 break
+    print(f"mean loss {total_loss / args.steps:.4f}")
     print(f"{len(prof.captures)} captures in {args.logdir}: "
           + ", ".join(p.name for p in prof.captures))
     for finding in prof.findings:

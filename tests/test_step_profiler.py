@@ -112,7 +112,7 @@ def test_nothing_installed_outside_windows(tmp_path):
         for _ in range(6):
             train_step(model, opt)
             prof.step()
-            assert (prof.session._capture is None) == (prof.session.step not in (2, 3))
+            assert (prof.session._captures.active is None) == (prof.session.step not in (2, 3))
             assert torch.autograd.profiler._is_profiler_enabled == (prof.session.step == 3)
 
 

@@ -13,7 +13,8 @@ from sync_scenario import EXPECTED, location, scenario_loss
 AUDIT = SyncAuditConfig(at_step=2)
 
 
-def run(tmp_path, steps=8, audit=AUDIT, schedule=None, body=None, pause_after=-1):
+def run(tmp_path, steps=8, audit=AUDIT, schedule=None, body=None, pause_after=-1,
+        while_paused=None):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
@@ -28,6 +29,8 @@ def run(tmp_path, steps=8, audit=AUDIT, schedule=None, body=None, pause_after=-1
             prof.step()
             if i == pause_after:
                 prof.pause()
+                if while_paused:
+                    while_paused()
                 prof.resume()
     return prof
 
@@ -90,11 +93,16 @@ def test_audit_waits_for_the_capture_window_to_end_and_is_not_timed_as_a_normal_
     assert [p.name for p in prof.captures] == ["step000003-schedule"]
 
 
-def test_pause_during_an_audited_step_audits_a_later_step(tmp_path):
-    prof = run(tmp_path, audit=SyncAuditConfig(at_step=2, steps=1), pause_after=1)
-    # step 2's audit began at the end of step 1 and was cut by the pause: step 3 is audited
+def test_pause_keeps_work_between_steps_out_of_the_audit(tmp_path):
+    def evaluate():
+        torch.ones(1).item()  # between steps: not part of step 2
+
+    prof = run(tmp_path, audit=SyncAuditConfig(at_step=2, steps=1), pause_after=1,
+               while_paused=evaluate)
+    # step 2's audit began at the end of step 1, stopped for the pause, and began again at
+    # resume(): step 2 is audited, without what ran while paused
     (first, *_) = audit_findings_of(prof.findings)
-    assert first.details["audited_steps"] == [3]
+    assert first.details["audited_steps"] == [2]
     assert user_sites(prof.findings) == EXPECTED
 
 

@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from profcallbacks.agreement import TriggerAgreement
-from profcallbacks.capture import TraceCapture, wall_ns
+from profcallbacks.capture import wall_ns
+from profcallbacks.captures import CaptureController
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.detectors import default_auditor
-from profcallbacks.export import TraceExporter
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.loaders import describe_loader
-from profcallbacks.planner import CapturePlanner, CaptureRequest
-from profcallbacks.postprocess import CaptureInfo
 from profcallbacks.ranks import RankInfo
-from profcallbacks.schedule import Phase
-from profcallbacks.sinks import MetricsSink, StepsFile, TensorBoardWriter, metric_names
-from profcallbacks.timing import IntervalSummary, StepRecord, StepTimes
-from profcallbacks.triggers import CaptureFileTrigger
+from profcallbacks.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
+from profcallbacks.timing import StepRecord, StepTimes
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 META_DIR = "profcallbacks"
+MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
 
 
 class Detector(Protocol):
@@ -52,11 +47,11 @@ class StepAuditor(Protocol):
 class ProfilingSession:
     """Turns step boundaries into timings, findings and capture windows.
 
-    Front ends call, in order: ``open()``; per step any number of ``data_wait(seconds)``, then
-    ``step_end()``; ``pause()``/``resume()`` around work between steps (validation,
-    checkpointing) that must count as no step; ``close()``. A step begins at the previous
-    ``step_end()`` (or ``open()``/``resume()``), so its time and its ``ProfilerStep#N`` range
-    include fetching its batches.
+    Front ends call, in order: ``open()``; per step any number of ``data_wait(seconds)`` (or
+    ``batch_arrived()``/``batch_done()``), then ``step_end()``; ``pause()``/``resume()`` around
+    work between steps (validation, checkpointing) that must count as no step; ``close()``. A
+    step begins at the previous ``step_end()`` (or ``open()``/``resume()``), so its time and its
+    ``ProfilerStep#N`` range include fetching its batches.
 
     Example:
         >>> session = ProfilingSession(ProfilerConfig(), Path("runs/exp1"))  # doctest: +SKIP
@@ -75,19 +70,16 @@ class ProfilingSession:
         self._detectors = list(detectors)
         self._auditor = auditor if auditor is not None else default_auditor(config, self.rank)
         self._auditing = False
+        self._audit_starts = 0
         self._metrics_sinks = list(metrics_sinks)
         # log_findings=False: findings still reach files, TensorBoard and on_finding, not logging
         # (front ends pass it on ranks other than the world's first, so only one process prints)
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
-        self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
+        self._captures = CaptureController(config, self.logdir, self.rank)
         self._times = StepTimes(interval=config.log_every_n_steps)
         self._tensorboard: TensorBoardWriter | None = None
-        self._steps_file: StepsFile | None = None
-        self._file_trigger: CaptureFileTrigger | None = None
-        self._exporter: TraceExporter | None = None
-        self._capture: TraceCapture | None = None
-        self._tid = 0
+        self._publisher: SummaryPublisher | None = None
         self.step = start_step
         self._step_start = 0.0
         self._step_start_ns = 0
@@ -96,7 +88,6 @@ class ProfilingSession:
         self._after_pause = True
         self._paused = False
         self._opened = False
-        self._agreement: TriggerAgreement | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -105,16 +96,16 @@ class ProfilingSession:
     @property
     def captures(self) -> list[Path]:
         """Capture directories exported so far."""
-        return list(self._exporter.exported) if self._exporter else []
+        return self._captures.captures
 
     @property
     def captures_started(self) -> int:
         """Capture windows opened so far (they count towards ``max_captures``)."""
-        return self._planner.captures_started
+        return self._captures.captures_started
 
     def restore(self, *, captures_started: int) -> None:
         """Continue a resumed run: windows opened before the restart count towards ``max_captures``."""
-        self._planner.captures_started = captures_started
+        self._captures.captures_started = captures_started
 
     def set_loader(self, loader: object) -> None:
         """Tell the detectors which loader feeds the steps (its settings shape their advice)."""
@@ -138,20 +129,17 @@ class ProfilingSession:
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
         meta = _prepare_logdir(self.logdir)
-        self._router.add_handler(FindingsFile(meta / f"rank{self.rank.rank}.findings.jsonl"))
-        self._steps_file = StepsFile(meta / f"rank{self.rank.rank}.steps.jsonl")
+        rank = self.rank.rank
+        self._router.add_handler(FindingsFile(meta / f"rank{rank}.findings.jsonl"))
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
             self._tensorboard.start()  # import and create now, not inside a timed step
             self._router.add_handler(self._tensorboard.finding)
-        if self.config.watch_capture_file and self.rank.rank == 0:
-            self._file_trigger = CaptureFileTrigger(self.logdir,
-                                                    poll_s=self.config.capture_file_poll_s)
-        tracing = len(self.config.ranks) if self.config.ranks else self.rank.world_size
-        self._exporter = TraceExporter(self.logdir, tracing_ranks=min(tracing,
-                                                                      self.rank.world_size))
-        self._agreement = _agreement_for(self.rank, self.config.log_every_n_steps)
-        self._tid = threading.get_native_id()
+        prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
+        self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
+                                           tensorboard=self._tensorboard,
+                                           steps_file=StepsFile(meta / f"rank{rank}.steps.jsonl"))
+        self._captures.open()
         self._opened = True
         self._begin_step()
         self._after_pause = True
@@ -161,11 +149,7 @@ class ProfilingSession:
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
                                   or steps < 1):
             raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
-        request = CaptureRequest(steps or self.config.capture_steps, trigger)
-        if self._agreement is not None and self._agreement.enabled:
-            self._agreement.hold(request)
-        else:
-            self._planner.request(request.active, request.trigger)
+        self._captures.request(steps or self.config.capture_steps, trigger)
 
     def data_wait(self, seconds: float) -> None:
         """Add ``seconds`` spent waiting for a batch of the current step."""
@@ -192,6 +176,7 @@ class ProfilingSession:
         """The work between steps is over: the next step starts timing now."""
         if self._paused:
             self._paused = False
+            self._start_audit_if_due()
             self._step_start, self._step_start_ns = self._clock(), wall_ns()
             self._wait_from = self._step_start
             self._data_wait = 0.0
@@ -201,7 +186,7 @@ class ProfilingSession:
         """The current optimizer step is complete."""
         now, now_ns = self._clock(), wall_ns()
         self._paused = False
-        capture = self._capture
+        capture = self._captures.active
         if capture is not None and capture.recording:
             capture.add_span(self.step, self._step_start_ns, now_ns)
         audited = self._stop_audit(cancel=False) if self._auditing else None
@@ -209,8 +194,8 @@ class ProfilingSession:
                             captured=capture is not None or audited is not None,
                             after_pause=self._after_pause)
         summary = self._times.add(record)
-        if summary is not None:
-            self._publish_summary(summary)
+        if summary is not None and self._publisher is not None:
+            self._publisher.publish(summary, self._detector_scalars())
         for detector in self._detectors:
             for finding in detector.observe(record):
                 self._on_detector_finding(finding)
@@ -226,78 +211,35 @@ class ProfilingSession:
         self._opened = False
         if self._auditing:
             self._stop_audit(cancel=True)
-        if self._capture is not None:
-            self._finish_capture(partial=True)
+        self._captures.close(failed=failed)
         summary = self._times.flush()
-        if summary is not None:
-            self._publish_summary(summary)
-        if self._exporter is not None:
-            self._exporter.close(timeout_s=10.0 if failed else 120.0)
+        if self._publisher is not None:
+            if summary is not None:
+                self._publisher.publish(summary, self._detector_scalars())
+            self._publisher.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
-        if self._steps_file is not None:
-            self._steps_file.close()
 
     def _begin_step(self) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
-        if self._file_trigger is not None:
-            requested = self._file_trigger.poll(self._step_start)
-            if requested is not None:
-                self.request_capture(requested or None, trigger="file")
-        agreement = self._agreement
-        if agreement is not None and self.step % agreement.every == 0 and agreement.enabled:
-            agreed = agreement.exchange()
-            if agreed is not None:
-                self._planner.request(agreed.active, agreed.trigger)
-        self._update_capture()
-        auditor = self._auditor
-        if auditor is not None and auditor.next_step is not None and \
-                self.step >= auditor.next_step and self._capture is None:
-            self._start_audit(auditor)
+        self._captures.begin_step(self.step, self._step_start)
+        self._start_audit_if_due()
         self._step_start, self._step_start_ns = self._clock(), wall_ns()
         self._wait_from = self._step_start
         self._data_wait = 0.0
         self._after_pause = False
 
-    def _update_capture(self) -> None:
-        """Open, advance or close the capture window for ``self.step``."""
-        phase = self._planner.phase_for(self.step)
-        capture = self._capture
-        if capture is None and phase is Phase.IDLE:
+    def _start_audit_if_due(self) -> None:
+        auditor = self._auditor
+        if (auditor is None or self._auditing or auditor.next_step is None
+                or self.step < auditor.next_step or self._captures.active is not None):
             return
-        if capture is not None and (phase is Phase.IDLE or capture.window != self._planner.window):
-            self._finish_capture(partial=False)
-            capture = None
-        if phase is Phase.IDLE or not self.config.traces_rank(self.rank.rank):
+        self._audit_starts += 1
+        if self._audit_starts > MAX_AUDIT_STARTS:
+            log.info("profcallbacks: the sync audit was cut short by pauses %d times; given up.",
+                     MAX_AUDIT_STARTS)
+            self._auditor = None
             return
-        try:
-            if capture is None:
-                assert self._planner.window is not None
-                capture = self._capture = TraceCapture(self.config.trace, self._planner.window)
-            capture.warm_up() if phase is Phase.WARMUP else capture.record()
-        except Exception as exc:  # kineto refused (e.g. another profiler is running)
-            log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
-                        "capture is skipped.", self.step, exc)
-            self._capture = None
-
-    def _finish_capture(self, *, partial: bool) -> None:
-        capture, self._capture = self._capture, None
-        assert capture is not None
-        try:
-            profiler = capture.stop()
-        except Exception as exc:
-            log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.", exc)
-            return
-        if profiler is None or not capture.spans or self._exporter is None:
-            return
-        window = capture.window
-        info = CaptureInfo(name=window.name + ("-partial" if partial else ""),
-                           trigger=window.trigger, first_step=window.first_active,
-                           steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
-                           tid=self._tid, rank=self.rank, backend=_backend())
-        self._exporter.submit(profiler, info)
-
-    def _start_audit(self, auditor: StepAuditor) -> None:
         try:
             auditor.begin_step(self.step)
             self._auditing = True
@@ -330,47 +272,14 @@ class ProfilingSession:
                 and finding.details.get("capture", True)):  # False: the detector's cooldown
             self.request_capture(trigger="slowdown")
 
-    def _publish_summary(self, summary: IntervalSummary) -> None:
-        prefix = "profcallbacks" if not self.rank.is_distributed else \
-            f"profcallbacks/rank{self.rank.rank}"
-        values = metric_names(summary, prefix)
-        for detector in self._detectors:  # optional: detectors with scalars() add their values
+    def _detector_scalars(self) -> dict[str, float]:
+        """Values of detectors that have a ``scalars()`` method, for the step-time summary."""
+        values: dict[str, float] = {}
+        for detector in self._detectors:
             extra = getattr(detector, "scalars", None)
-            values.update({f"{prefix}/{k}": v for k, v in (extra() if extra else {}).items()})
-        sinks: list[MetricsSink] = list(self._metrics_sinks)
-        if self._tensorboard is not None:
-            sinks.append(self._tensorboard.scalars)
-        for sink in sinks:
-            try:
-                sink(values, summary.last_step)
-            except Exception as exc:
-                log.warning("profcallbacks: metrics sink %r failed (%s); it is disabled.",
-                            sink, exc)
-                if sink in self._metrics_sinks:
-                    self._metrics_sinks.remove(sink)
-                else:
-                    self._tensorboard = None
-        if self._steps_file is not None:
-            try:
-                self._steps_file.write(summary, self.rank.rank)
-            except OSError as exc:
-                log.warning("profcallbacks: cannot write %s (%s); step summaries are no longer "
-                            "saved.", self._steps_file.path, exc)
-                self._steps_file = None
-
-
-def _agreement_for(rank: RankInfo, every: int) -> TriggerAgreement | None:
-    """Agreement on triggered captures when several ranks share an initialised process group."""
-    import torch.distributed as dist
-
-    if not rank.is_distributed:
-        return None
-    if not (dist.is_available() and dist.is_initialized()):
-        log.warning("profcallbacks: WORLD_SIZE=%d but torch.distributed is not initialised when "
-                    "profiling starts; triggered captures stay per rank (scheduled ones still "
-                    "agree). Initialise the process group first.", rank.world_size)
-        return None
-    return TriggerAgreement(every)
+            if extra is not None:
+                values.update(extra())
+        return values
 
 
 def _prepare_logdir(logdir: Path) -> Path:
@@ -388,11 +297,3 @@ def _prepare_logdir(logdir: Path) -> Path:
         raise PermissionError(f"logdir={str(logdir)!r} is not writable ({exc.strerror}); pass a "
                               "directory this process can write to.") from exc
     return meta
-
-
-def _backend() -> str | None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return str(dist.get_backend())
-    return None

@@ -102,3 +102,43 @@ class StepsFile:
 def metric_names(summary: IntervalSummary, prefix: str) -> dict[str, float]:
     """Scalars of ``summary`` under ``prefix``, e.g. ``profcallbacks/step_time_ms``."""
     return {f"{prefix}/{name}": value for name, value in summary.scalars().items()}
+
+
+class SummaryPublisher:
+    """Hands each step-time summary to the metrics sinks, TensorBoard and the steps file.
+
+    A sink that raises is dropped with one warning; training never notices.
+
+    Example:
+        >>> publisher = SummaryPublisher("profcallbacks", rank=0, sinks=[print])  # doctest: +SKIP
+        >>> publisher.publish(summary, extra={"slowdown_ratio": 1.0})
+    """
+
+    def __init__(self, prefix: str, *, rank: int, sinks: list[MetricsSink],
+                 tensorboard: TensorBoardWriter | None, steps_file: StepsFile | None) -> None:
+        self._prefix = prefix
+        self._rank = rank
+        self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
+        self._steps_file = steps_file
+
+    def publish(self, summary: IntervalSummary, extra: dict[str, float]) -> None:
+        values = metric_names(summary, self._prefix)
+        values.update({f"{self._prefix}/{name}": value for name, value in extra.items()})
+        for sink in list(self._sinks):
+            try:
+                sink(values, summary.last_step)
+            except Exception as exc:
+                log.warning("profcallbacks: metrics sink %r failed (%s); it is disabled.",
+                            sink, exc)
+                self._sinks.remove(sink)
+        if self._steps_file is not None:
+            try:
+                self._steps_file.write(summary, self._rank)
+            except (OSError, ValueError) as exc:
+                log.warning("profcallbacks: cannot write %s (%s); step summaries are no longer "
+                            "saved.", self._steps_file.path, exc)
+                self._steps_file = None
+
+    def close(self) -> None:
+        if self._steps_file is not None:
+            self._steps_file.close()

@@ -1,0 +1,156 @@
+"""Capture windows for one session: planner, triggers, the running profiler and the exporter."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from profcallbacks.agreement import TriggerAgreement
+from profcallbacks.capture import TraceCapture
+from profcallbacks.config import ProfilerConfig
+from profcallbacks.export import TraceExporter
+from profcallbacks.planner import CapturePlanner, CaptureRequest
+from profcallbacks.postprocess import CaptureInfo
+from profcallbacks.ranks import RankInfo
+from profcallbacks.schedule import Phase
+from profcallbacks.triggers import CaptureFileTrigger
+
+log = logging.getLogger(__name__)
+
+
+class CaptureController:
+    """Opens, advances and closes capture windows at step boundaries.
+
+    Requests (``request()``, the CAPTURE file) go to the planner, or, with several ranks, through
+    a :class:`TriggerAgreement` so every rank opens the same window. Outside windows
+    ``begin_step`` is a few comparisons.
+
+    Example:
+        >>> controller = CaptureController(ProfilerConfig(), Path("runs/x"), RankInfo())
+        >>> controller.open(); controller.begin_step(0, now=0.0)       # doctest: +SKIP
+    """
+
+    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo) -> None:
+        self._config = config
+        self._logdir = logdir
+        self._rank = rank
+        self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
+        self._traces = config.traces_rank(rank.rank)
+        self._capture: TraceCapture | None = None
+        self._exporter: TraceExporter | None = None
+        self._file_trigger: CaptureFileTrigger | None = None
+        self._agreement: TriggerAgreement | None = None
+        self._tid = 0
+
+    @property
+    def captures(self) -> list[Path]:
+        """Capture directories exported so far."""
+        return list(self._exporter.exported) if self._exporter else []
+
+    @property
+    def captures_started(self) -> int:
+        return self._planner.captures_started
+
+    @captures_started.setter
+    def captures_started(self, value: int) -> None:
+        self._planner.captures_started = value
+
+    @property
+    def active(self) -> TraceCapture | None:
+        """The running capture, if a window is open."""
+        return self._capture
+
+    def open(self) -> None:
+        config, rank = self._config, self._rank
+        if config.watch_capture_file and rank.rank == 0:
+            self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
+        tracing = len(config.ranks) if config.ranks else rank.world_size
+        self._exporter = TraceExporter(self._logdir, tracing_ranks=min(tracing, rank.world_size))
+        self._agreement = _agreement_for(rank, config.log_every_n_steps)
+        self._tid = threading.get_native_id()
+
+    def request(self, active: int, trigger: str) -> None:
+        """A window of ``active`` recorded steps, from the next step (or agreement step) on."""
+        if self._agreement is not None and self._agreement.enabled:
+            self._agreement.hold(CaptureRequest(active, trigger))
+        else:
+            self._planner.request(active, trigger)
+
+    def begin_step(self, step: int, now: float) -> None:
+        """Take triggers into account and move the window to ``step``."""
+        if self._file_trigger is not None:
+            requested = self._file_trigger.poll(now)
+            if requested is not None:
+                self.request(requested or self._config.capture_steps, "file")
+        agreement = self._agreement
+        if agreement is not None and step % agreement.every == 0 and agreement.enabled:
+            agreed = agreement.exchange()
+            if agreed is not None:
+                self._planner.request(agreed.active, agreed.trigger)
+        phase = self._planner.phase_for(step)
+        capture = self._capture
+        if capture is None and phase is Phase.IDLE:
+            return
+        if capture is not None and (phase is Phase.IDLE or capture.window != self._planner.window):
+            self.finish(partial=False)
+            capture = None
+        if phase is Phase.IDLE or not self._traces:
+            return
+        try:
+            if capture is None:
+                assert self._planner.window is not None
+                capture = self._capture = TraceCapture(self._config.trace, self._planner.window)
+            capture.warm_up() if phase is Phase.WARMUP else capture.record()
+        except Exception as exc:  # kineto refused (e.g. another profiler is running)
+            log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
+                        "capture is skipped.", step, exc)
+            self._capture = None
+
+    def finish(self, *, partial: bool) -> None:
+        """Stop the running capture and queue what it recorded for export."""
+        capture, self._capture = self._capture, None
+        if capture is None:
+            return
+        try:
+            profiler = capture.stop()
+        except Exception as exc:
+            log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.", exc)
+            return
+        if profiler is None or not capture.spans or self._exporter is None:
+            return
+        window = capture.window
+        info = CaptureInfo(name=window.name + ("-partial" if partial else ""),
+                           trigger=window.trigger, first_step=window.first_active,
+                           steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
+                           tid=self._tid, rank=self._rank, backend=_backend())
+        self._exporter.submit(profiler, info)
+
+    def close(self, *, failed: bool) -> None:
+        """Export a window still open as partial, then wait for the exports to finish."""
+        self.finish(partial=True)
+        if self._exporter is not None:
+            self._exporter.close(timeout_s=10.0 if failed else 120.0)
+
+
+def _agreement_for(rank: RankInfo, every: int) -> TriggerAgreement | None:
+    """Agreement on triggered captures when several ranks share an initialised process group."""
+    import torch.distributed as dist
+
+    if not rank.is_distributed:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        log.warning("profcallbacks: WORLD_SIZE=%d but torch.distributed is not initialised when "
+                    "profiling starts; triggered captures stay per rank (scheduled ones still "
+                    "agree). Initialise the process group first.", rank.world_size)
+        return None
+    return TriggerAgreement(every)
+
+
+def _backend() -> str | None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return None

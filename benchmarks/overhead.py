@@ -52,6 +52,7 @@ def timed_block(step: Callable[[], None], after: Callable[[], None] | None, n: i
 
 
 def overhead(blocks: int, steps: int) -> dict[str, float]:
+    """Median over rounds of each variant's throughput divided by the same round's bare loop."""
     step = make_step()
     for _ in range(300):
         step()
@@ -60,20 +61,22 @@ def overhead(blocks: int, steps: int) -> dict[str, float]:
         alive = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             schedule=torch.profiler.schedule(wait=10**9, warmup=1, active=1))
-        rates: dict[str, list[float]] = {"bare": [], "StepProfiler": [], "torch.profiler (wait)": []}
+        ratios: dict[str, list[float]] = {"StepProfiler": [], "torch.profiler (wait)": []}
         with prof, alive:
             prof.pause()
             for b in range(blocks):
                 order = [("bare", None), ("StepProfiler", prof.step),
                          ("torch.profiler (wait)", alive.step)]
+                rates = {}
                 for name, after in order[b % 3:] + order[: b % 3]:  # rotate to spread drift
                     if name == "StepProfiler":
                         prof.resume()
-                    rates[name].append(timed_block(step, after, steps))
+                    rates[name] = timed_block(step, after, steps)
                     if name == "StepProfiler":
                         prof.pause()
-    bare = statistics.median(rates["bare"])
-    return {name: statistics.median(r) / bare for name, r in rates.items()}
+                for name in ratios:
+                    ratios[name].append(rates[name] / rates["bare"])
+    return {name: statistics.median(r) for name, r in ratios.items()}
 
 
 def window_end_pause(repeats: int) -> dict[str, float]:
@@ -109,8 +112,8 @@ def window_end_pause(repeats: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--blocks", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--blocks", type=int, default=90)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     step = make_step()
@@ -118,7 +121,8 @@ def main() -> None:
     for _ in range(200):
         step()
     print(f"tiny step: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms")
-    print(f"\nthroughput relative to the bare loop ({args.blocks} interleaved blocks of {args.steps}):")
+    print(f"\nthroughput relative to the bare loop (median over {args.blocks} rounds of interleaved "
+          f"{args.steps}-step blocks):")
     for name, ratio in overhead(args.blocks, args.steps).items():
         print(f"  {name:<24} {ratio:.4f}")
     print(f"\ntraining-thread pause at the end of a 5-step window (median of {args.repeats}):")

@@ -76,3 +76,11 @@ def test_eight_ranks_more_than_cores(tmp_path):
         assert len(set(workers)) == 8 and sorted(w.split("_")[0] for w in workers) == \
             sorted(f"rank{r}" for r in range(8))
     assert [d.name for d in capture_dirs(logs)] == ["step000004-schedule", "step000021-manual"]
+    report = subprocess.run([sys.executable, "-m", "profcallbacks.cli", "report", str(logs),
+                             "--format", "json"], capture_output=True, text=True, timeout=300)
+    merged = json.loads(report.stdout)
+    assert merged["world_size"] == 8 and merged["ranks"] == list(range(8))
+    assert [r["rank"] for r in merged["steps"]["per_rank"]] == list(range(8))
+    assert merged["steps"]["slowest_rank"] in range(8)
+    assert [len(c["files"]) for c in merged["captures"]] == [8, 8]
+    assert {f["rank"] for c in merged["captures"] for f in c["files"]} == set(range(8))

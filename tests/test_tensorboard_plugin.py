@@ -49,3 +49,24 @@ def test_capture_dirs_appear_whole(example_logdir):
         assert [p.suffixes[-2:] for p in d.iterdir()] == [[".json", ".gz"]]
     staging = example_logdir / ".profcallbacks-staging"
     assert not staging.exists() or not any(staging.rglob("*.*"))
+
+
+def test_plugin_lists_captures_of_every_front_end(tmp_path):
+    """The plain loop, the Lightning Trainer and the HF Trainer, viewed by one TensorBoard."""
+    from profcallbacks import Schedule
+    from test_contract import FRONT_ENDS, OPTIONS, SleepyDataset
+
+    options = {**OPTIONS, "schedule": Schedule(skip_first=2, warmup=1, active=3), "sync_audit": False}
+    for name, run in FRONT_ENDS.items():
+        run(tmp_path / name, SleepyDataset(0.004), 8, options)
+    expected = {f"{name}/step000003-schedule" for name in FRONT_ENDS}
+    with tensorboard(tmp_path) as tb:
+        runs = tb.wait_for_runs(expected)
+        assert sorted(runs) == sorted(expected)
+        for run in runs:
+            (worker,) = tb.get("/workers", run=run, view="Overview")
+            (span,) = tb.get("/spans", run=run, worker=worker)
+            overview = tb.get("/overview", run=run, worker=worker, span=span)
+            rows = overview["steps"]["rows"]
+            assert [int(row[0]) for row in rows] == [3, 4, 5], run
+            assert all(row[1] > 0 for row in rows), f"{run}: no DataLoader time"

@@ -12,7 +12,9 @@ FRONT_ENDS = [("profcallbacks.lightning", "ProfilerCallback"), ("profcallbacks.h
 
 
 def keyword_options(cls):
-    return {name: p.default for name, p in inspect.signature(cls).parameters.items()
+    """Name -> (annotation, default) of each keyword-only option."""
+    return {name: (str(p.annotation), p.default)
+            for name, p in inspect.signature(cls).parameters.items()
             if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 

@@ -122,6 +122,23 @@ def test_validation_epoch_ends_and_checkpoints_belong_to_no_step(tmp_path):
     assert max(r["step_time_ms_max"] for r in rows) < 100  # each pause slept 150 ms
 
 
+def test_validation_in_windows_of_its_own(tmp_path):
+    callback = ProfilerCallback(schedule=Schedule(skip_first=1, warmup=0, active=2),
+                                capture_validation=True, max_captures=3, sync_audit=False)
+    trainer = fit(tmp_path, callback, batches=8, max_steps=8, val_batches=2, val_check_interval=4)
+    logdir = Path(trainer.log_dir)
+    # validation after steps 3 and 7 (the next training steps are 4 and 8); the sanity check
+    # before training is not captured
+    assert captured_steps(logdir) == {"step000001-schedule": [1, 2],
+                                      "step000004-validation": [4],
+                                      "step000008-validation": [8]}
+    trace = load_trace(trace_files(logdir / "step000004-validation")[0])
+    (span,) = spans(trace, "ProfilerStep#")
+    validation = spans(trace, "test_validation_step")
+    assert len(validation) == 2 and all(inside(v, span) for v in validation)
+    assert not spans(trace, "Optimizer.step#")  # no training in a validation capture
+
+
 def test_scalars_go_through_the_trainers_loggers_once(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

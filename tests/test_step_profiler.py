@@ -159,3 +159,25 @@ def test_trace_options_pass_through(tmp_path):
     trace = load_trace(trace_files(tmp_path / "step000001-schedule")[0])
     assert trace.get("with_stack") in (1, True)
     assert any(e.get("cat") == "python_function" for e in trace["traceEvents"])
+
+
+def test_validation_captured_in_a_window_of_its_own(tmp_path):
+    model, opt = tiny_model()
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=0, active=2),
+                        tensorboard_scalars=False, capture_validation=True, sync_audit=False)
+    with prof:
+        for i in range(8):
+            train_step(model, opt)
+            prof.step()
+            if i in (1, 5):  # inside the training window (step 2 runs next), then outside it
+                prof.pause("validation")
+                with torch.no_grad():
+                    model(torch.randn(4, 16))
+                prof.resume()
+    assert captured_steps(tmp_path) == {"step000001-schedule": [1, 2],
+                                        "step000006-validation": [6]}
+    trace = load_trace(trace_files(tmp_path / "step000006-validation")[0])
+    (span,) = [e for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#6"]
+    inside = [e for e in trace["traceEvents"] if e.get("name") == "aten::linear"
+              and span["ts"] <= e["ts"] <= span["ts"] + span["dur"]]
+    assert len(inside) == 2 and trace["profcallbacks"]["trigger"] == "validation"

@@ -8,10 +8,10 @@ import threading
 from pathlib import Path
 
 from profcallbacks.agreement import TriggerAgreement
-from profcallbacks.capture import TraceCapture
+from profcallbacks.capture import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.export import TraceExporter
-from profcallbacks.planner import CapturePlanner, CaptureRequest
+from profcallbacks.planner import CapturePlanner, CaptureRequest, Window
 from profcallbacks.postprocess import CaptureInfo
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Phase
@@ -43,6 +43,7 @@ class CaptureController:
         self._file_trigger: CaptureFileTrigger | None = None
         self._agreement: TriggerAgreement | None = None
         self._tid = 0
+        self._between: tuple[int, int] | None = None  # step and start of a capture between steps
 
     @property
     def captures(self) -> list[Path]:
@@ -108,9 +109,35 @@ class CaptureController:
                         "capture is skipped.", step, exc)
             self._capture = None
 
+    def begin_between_steps(self, step: int, trigger: str) -> None:
+        """Capture work between steps (e.g. validation) as a window of its own, if none is open."""
+        if self._capture is not None or not self._traces:
+            return
+        if self._planner.captures_started >= self._config.max_captures:
+            return
+        self._planner.captures_started += 1
+        try:
+            capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
+            capture.record()
+        except Exception as exc:
+            log.warning("profcallbacks: could not start the profiler for %s at step %d (%s); "
+                        "this capture is skipped.", trigger, step, exc)
+            return
+        self._capture = capture
+        self._between = (step, wall_ns())
+
+    def end_between_steps(self) -> None:
+        """The work between steps is over: export its capture as one ``ProfilerStep#N`` range."""
+        if self._between is None or self._capture is None:
+            return
+        (step, start_ns), self._between = self._between, None
+        self._capture.add_span(step, start_ns, wall_ns())
+        self.finish(partial=False)
+
     def finish(self, *, partial: bool) -> None:
         """Stop the running capture and queue what it recorded for export."""
         capture, self._capture = self._capture, None
+        self._between = None
         if capture is None:
             return
         try:

@@ -36,6 +36,8 @@ class ProfilerConfig:
         slowdown: Step-slowdown alerts (``None``: off).
         sync_audit: Look for host-device sync points in the user's code: ``True`` for the
             defaults, a ``SyncAuditConfig`` to choose the audited steps and an allowlist.
+        capture_validation: Capture each validation/evaluation run between training steps in a
+            window of its own (``stepNNNNNN-validation``; counts towards ``max_captures``).
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -55,6 +57,7 @@ class ProfilerConfig:
     stall: StallConfig | None = field(default_factory=StallConfig)
     slowdown: SlowdownConfig | None = field(default_factory=SlowdownConfig)
     sync_audit: bool | SyncAuditConfig = True
+    capture_validation: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule is not None and not isinstance(self.schedule, Schedule):

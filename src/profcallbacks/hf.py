@@ -26,6 +26,7 @@ from profcallbacks.options import TraceOptions
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
 from profcallbacks.session import ProfilingSession
+from profcallbacks.syncpoints import SyncAuditConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ class ProfilerCallback(TrainerCallback):
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(), sync_audit: bool = True,
+                 slowdown: SlowdownConfig | None = SlowdownConfig(),
+                 sync_audit: bool | SyncAuditConfig = True,
+                 capture_validation: bool = False,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                      capture_steps=capture_steps,
@@ -68,7 +71,8 @@ class ProfilerCallback(TrainerCallback):
                                      log_every_n_steps=log_every_n_steps,
                                      tensorboard_scalars=tensorboard_scalars,
                                      capture_on_slowdown=capture_on_slowdown, ranks=ranks,
-                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit)
+                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit,
+                                     capture_validation=capture_validation)
         self.logdir = None if logdir is None else Path(logdir)
         self.session: ProfilingSession | None = None
         self._on_finding = on_finding
@@ -145,8 +149,8 @@ class ProfilerCallback(TrainerCallback):
                     control: TrainerControl, **kwargs: Any) -> None:
         if self._closer is not None and self.session is not None:
             self.session.step_end()
-            if _work_announced(control):
-                self.session.pause()  # logging, evaluation or saving runs next
+            if _work_announced(control):  # logging, evaluation or saving runs next
+                self.session.pause("validation" if control.should_evaluate else None)
 
     @override
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,

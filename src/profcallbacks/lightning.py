@@ -58,6 +58,8 @@ class ProfilerCallback(Callback):
         stall: Dataloader-stall detection settings (``None``: off).
         slowdown: Step-slowdown alert settings (``None``: off).
         sync_audit: Look for host-device sync points in the user's code.
+        capture_validation: Capture each validation/evaluation run between training steps in a
+            window of its own (``stepNNNNNN-validation``).
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -76,6 +78,7 @@ class ProfilerCallback(Callback):
                  stall: StallConfig | None = StallConfig(),
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
+                 capture_validation: bool = False,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                      capture_steps=capture_steps,
@@ -84,7 +87,8 @@ class ProfilerCallback(Callback):
                                      log_every_n_steps=log_every_n_steps,
                                      tensorboard_scalars=tensorboard_scalars,
                                      capture_on_slowdown=capture_on_slowdown, ranks=ranks,
-                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit)
+                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit,
+                                capture_validation=capture_validation)
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
         self.session: ProfilingSession | None = None
         self._on_finding = on_finding
@@ -184,7 +188,7 @@ class ProfilerCallback(Callback):
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is not None:
-            self.session.pause()
+            self.session.pause("validation")
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -166,8 +166,15 @@ class ProfilingSession:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
         self._wait_from = self._clock()
 
-    def pause(self) -> None:
-        """Work between steps begins (validation, checkpointing): it belongs to no step."""
+    def pause(self, activity: str | None = None) -> None:
+        """Work between steps begins (validation, checkpointing): it belongs to no step.
+
+        ``activity="validation"`` with ``config.capture_validation`` captures the work in a
+        window of its own (``stepNNNNNN-validation``) unless a training window is open.
+        """
+        if (activity == "validation" and self.config.capture_validation and not self._paused
+                and self._opened):
+            self._captures.begin_between_steps(self.step, "validation")
         self._paused = True
         if self._auditing:
             self._stop_audit(cancel=True)
@@ -176,6 +183,7 @@ class ProfilingSession:
         """The work between steps is over: the next step starts timing now."""
         if self._paused:
             self._paused = False
+            self._captures.end_between_steps()
             self._start_audit_if_due()
             self._step_start, self._step_start_ns = self._clock(), wall_ns()
             self._wait_from = self._step_start

@@ -41,6 +41,8 @@ class StepProfiler:
         stall: Dataloader-stall detection settings (``None``: off).
         slowdown: Step-slowdown alert settings (``None``: off).
         sync_audit: Look for host-device sync points in the user's code.
+        capture_validation: Capture each validation/evaluation run between training steps in a
+            window of its own (``stepNNNNNN-validation``).
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -59,6 +61,7 @@ class StepProfiler:
                  stall: StallConfig | None = StallConfig(),
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
+                 capture_validation: bool = False,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
                                 capture_steps=capture_steps, watch_capture_file=watch_capture_file,
@@ -66,7 +69,8 @@ class StepProfiler:
                                 log_every_n_steps=log_every_n_steps,
                                 tensorboard_scalars=tensorboard_scalars,
                                 capture_on_slowdown=capture_on_slowdown, ranks=ranks,
-                                stall=stall, slowdown=slowdown, sync_audit=sync_audit)
+                                stall=stall, slowdown=slowdown, sync_audit=sync_audit,
+                                capture_validation=capture_validation)
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
                                         detectors=default_detectors(config, rank))
@@ -104,9 +108,13 @@ class StepProfiler:
         """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
         self.session.request_capture(steps, trigger="manual")
 
-    def pause(self) -> None:
-        """Work between steps begins (evaluation, checkpointing): it is timed as no step."""
-        self.session.pause()
+    def pause(self, activity: str | None = None) -> None:
+        """Work between steps begins (evaluation, checkpointing): it is timed as no step.
+
+        Pass ``activity="validation"`` around evaluation to capture it in a window of its own
+        when ``capture_validation=True``.
+        """
+        self.session.pause(activity)
 
     def resume(self) -> None:
         """The work between steps is over."""

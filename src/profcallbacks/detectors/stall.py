@@ -101,7 +101,9 @@ class StallDetector:
         self.loader: LoaderInfo = {}
         self._block_len = config.block_steps
         self._blocks: deque[_Block] = deque(maxlen=self._blocks_needed())
-        self._current: _Block | None = None
+        self._block_first, self._block_steps = 0, 0  # the block being filled
+        self._block_wait_s, self._block_time_s = 0.0, 0.0
+        self._isolated_limit_s = math.inf  # a wait this long is an isolated hiccup
         self._step_times: deque[float] = deque(maxlen=max(config.window, 3 * config.block_steps))
         self._waits: deque[float] = deque(maxlen=self._step_times.maxlen)
         self._reference_s: float | None = None  # median step time of the recent steps
@@ -126,26 +128,32 @@ class StallDetector:
             return ()
         if record.after_pause:
             return self._startup_wait(record)
+        wait_s, time_s = record.data_wait_s, record.step_time_s
         found: list[Finding] = []
-        reference = self._reference_s
-        if (self._episode is None and reference is not None
-                and record.data_wait_s >= max(self.config.isolated_min_s,
-                                              self.config.isolated_factor * reference)):
-            found += self._isolated(record, "isolated", reference)
-        self._step_times.append(record.step_time_s)
-        self._waits.append(record.data_wait_s)
-        block = self._current or _Block(record.step)
-        block.last_step, block.steps = record.step, block.steps + 1
-        block.wait_s += record.data_wait_s
-        block.time_s += record.step_time_s
-        self._current = block
-        if block.steps >= self._block_len:
-            self._current = None
-            self._blocks.append(block)
-            self._reference_s = statistics.median(self._step_times)
-            if len(self._blocks) == self._blocks.maxlen:
-                found += self._evaluate(block)
+        if wait_s >= self._isolated_limit_s and self._episode is None:
+            found += self._isolated(record, "isolated", self._reference_s)
+        self._step_times.append(time_s)
+        self._waits.append(wait_s)
+        if self._block_steps == 0:  # plain accumulators: this runs every step
+            self._block_first = record.step
+        self._block_steps += 1
+        self._block_wait_s += wait_s
+        self._block_time_s += time_s
+        if self._block_steps >= self._block_len:
+            found += self._close_block(record.step)
         return found
+
+    def _close_block(self, last_step: int) -> list[Finding]:
+        block = _Block(self._block_first, last_step, self._block_steps, self._block_wait_s,
+                       self._block_time_s)
+        self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
+        self._blocks.append(block)
+        self._reference_s = statistics.median(self._step_times)
+        self._isolated_limit_s = max(self.config.isolated_min_s,
+                                     self.config.isolated_factor * self._reference_s)
+        if len(self._blocks) == self._blocks.maxlen:
+            return self._evaluate(block)
+        return []
 
     def _evaluate(self, latest: _Block) -> list[Finding]:
         share = statistics.median(b.share for b in self._blocks)

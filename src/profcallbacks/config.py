@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from profcallbacks.detectors.slowdown import SlowdownConfig
 from profcallbacks.detectors.stall import StallConfig
@@ -83,6 +84,15 @@ class ProfilerConfig:
                 raise ValueError(f"ranks={self.ranks!r}: expected non-negative global ranks, "
                                  "e.g. ranks=(0,), or None for every rank.")
             object.__setattr__(self, "ranks", ranks)
+
+    @classmethod
+    def from_arguments(cls, arguments: dict[str, Any]) -> ProfilerConfig:
+        """The config of a front end's keyword arguments (its ``locals()`` in ``__init__``).
+
+        Every front end spells out the same options in its signature (IDEs, LightningCLI and
+        ``help()`` see them); this keeps the hand-over to the one validated config in one place.
+        """
+        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
 
     def traces_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks

@@ -64,15 +64,7 @@ class ProfilerCallback(TrainerCallback):
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  on_finding: FindingHandler | None = None) -> None:
-        self.config = ProfilerConfig(schedule=schedule, trace=trace, max_captures=max_captures,
-                                     capture_steps=capture_steps,
-                                     watch_capture_file=watch_capture_file,
-                                     capture_file_poll_s=capture_file_poll_s,
-                                     log_every_n_steps=log_every_n_steps,
-                                     tensorboard_scalars=tensorboard_scalars,
-                                     capture_on_slowdown=capture_on_slowdown, ranks=ranks,
-                                     stall=stall, slowdown=slowdown, sync_audit=sync_audit,
-                                     capture_validation=capture_validation)
+        self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)
         self.session: ProfilingSession | None = None
         self._on_finding = on_finding

@@ -139,12 +139,30 @@ def test_scalars_and_finding_details():
     assert SlowdownDetector(SlowdownConfig()).scalars() == {}
 
 
-def test_detector_fault_logs_once_and_disables(caplog):
-    det = SlowdownDetector(SlowdownConfig(warmup_steps=0, baseline_steps=5))
+def test_detector_fault_logs_once_and_disables(tmp_path, caplog):
+    """A detector that raises is dropped by the session with one warning; training goes on."""
+    from profcallbacks import ProfilerConfig, ProfilingSession, RankInfo
+
+    class Broken:
+        calls = 0
+
+        def observe(self, record):
+            Broken.calls += 1
+            raise ZeroDivisionError("bad maths")
+
+    healthy = SlowdownDetector(SlowdownConfig(warmup_steps=0, baseline_steps=5))
+    session = ProfilingSession(ProfilerConfig(schedule=None, tensorboard_scalars=False,
+                                              sync_audit=False), tmp_path, rank=RankInfo(),
+                               detectors=[Broken(), healthy])
     with caplog.at_level(logging.WARNING):
-        for i in range(10):
-            assert list(det.observe(StepRecord(i, None, 0.0))) == []  # type: ignore[arg-type]
-    assert len([r for r in caplog.records if "slowdown detector failed" in r.message]) == 1
+        session.open()
+        for _ in range(10):
+            session.step_end()
+        session.close()
+    warnings = [r.getMessage() for r in caplog.records if "failed at step" in r.getMessage()]
+    assert warnings == ["profcallbacks: Broken failed at step 0 (ZeroDivisionError: bad maths); "
+                        "it is disabled for the rest of the run."]
+    assert Broken.calls == 1 and healthy._seen == 9  # the others go on (first step: after start)
 
 
 @pytest.mark.parametrize("kwargs, match", [

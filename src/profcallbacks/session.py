@@ -205,7 +205,12 @@ class ProfilingSession:
         if summary is not None and self._publisher is not None:
             self._publisher.publish(summary, self._detector_scalars())
         for detector in self._detectors:
-            for finding in detector.observe(record):
+            try:
+                findings = detector.observe(record)
+            except Exception as exc:  # a detector never stops training
+                self._disable(detector, record.step, exc)
+                continue
+            for finding in findings:
                 self._on_detector_finding(finding)
         for finding in audited or ():
             self.emit(finding)
@@ -273,6 +278,11 @@ class ProfilingSession:
             log.warning("profcallbacks: the sync audit failed (%s); it is disabled.", exc)
             self._auditor = None
             return []
+
+    def _disable(self, detector: Detector, step: int, exc: Exception) -> None:
+        log.warning("profcallbacks: %s failed at step %d (%s: %s); it is disabled for the rest of "
+                    "the run.", type(detector).__name__, step, type(exc).__name__, exc)
+        self._detectors.remove(detector)
 
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)

@@ -155,7 +155,6 @@ class SlowdownDetector:
         self._alert_step = 0
         self._slow_steps = 0                      # eligible steps since the alert
         self._last_capture: int | None = None
-        self._disabled = False
 
     @property
     def ratio(self) -> float | None:
@@ -175,43 +174,38 @@ class SlowdownDetector:
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Takes one finished step; returns the findings it completes (usually none)."""
-        if record.captured or record.after_pause or self._disabled:
+        if record.captured or record.after_pause:
             return ()
-        try:  # the common path is inlined: a few attribute reads and float operations
-            self._seen += 1
-            if self._seen <= self._warmup:
-                return ()
-            t = record.step_time_s
-            self._recent.append((record.step, t))
-            block = self._block
-            block.append(t)
-            if len(block) >= self._block_size and self._close_block():
-                pass  # the ring was rebuilt from the recent steps, this one included
-            elif self.baseline_s is None:
-                return ()
-            else:
-                cap, ring, pos = self._cap_s, self._ring, self._pos
-                capped = t if t < cap else cap
-                self._sum += capped - ring[pos]
-                ring[pos] = capped
-                pos += 1
-                self._pos = pos if pos < self._window else 0
-                if self._filled < self._window:
-                    self._filled += 1
+        # the common path is inlined: a few attribute reads and float operations
+        self._seen += 1
+        if self._seen <= self._warmup:
+            return ()
+        t = record.step_time_s
+        self._recent.append((record.step, t))
+        block = self._block
+        block.append(t)
+        if len(block) >= self._block_size and self._close_block():
+            pass  # the ring was rebuilt from the recent steps, this one included
+        elif self.baseline_s is None:
+            return ()
+        else:
+            cap, ring, pos = self._cap_s, self._ring, self._pos
+            capped = t if t < cap else cap
+            self._sum += capped - ring[pos]
+            ring[pos] = capped
+            pos += 1
+            self._pos = pos if pos < self._window else 0
             if self._filled < self._window:
-                return ()
-            if not self.slow:
-                if self._sum < self._alert_sum:
-                    self._run = 0
-                    return ()
-                self._run += 1
-                return (self._alert(record.step),) if self._run >= self._patience else ()
-            return self._while_slow(record.step)
-        except Exception as exc:  # never stop training over a detector
-            log.warning("profcallbacks: slowdown detector failed at step %d (%s); it is "
-                        "disabled for the rest of the run.", record.step, exc)
-            self._disabled = True
+                self._filled += 1
+        if self._filled < self._window:
             return ()
+        if not self.slow:
+            if self._sum < self._alert_sum:
+                self._run = 0
+                return ()
+            self._run += 1
+            return (self._alert(record.step),) if self._run >= self._patience else ()
+        return self._while_slow(record.step)
 
     def _while_slow(self, step: int) -> Iterable[Finding]:
         self._slow_steps += 1

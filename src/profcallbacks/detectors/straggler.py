@@ -107,13 +107,7 @@ class StragglerDetector:
             self._wait_s += record.data_wait_s
         if (record.step + 1) % self._every or self._disabled:
             return ()
-        try:
-            return self._check(record.step)
-        except Exception as exc:  # never stop training over a detector
-            log.warning("profcallbacks: straggler check failed at step %d (%s); it is disabled "
-                        "for the rest of the run.", record.step, exc)
-            self._disabled = True
-            return ()
+        return self._check(record.step)  # if it raises, the session disables this detector
 
     def _check(self, step: int) -> list[Finding]:
         times, self._times = self._times, []

@@ -63,6 +63,11 @@ class CaptureController:
         """The running capture, if a window is open."""
         return self._capture
 
+    @property
+    def affects_steps(self) -> bool:
+        """A window is open or its export still runs: step times are not the job's own."""
+        return self._capture is not None or (self._exporter is not None and self._exporter.busy)
+
     def open(self) -> None:
         config, rank = self._config, self._rank
         if config.watch_capture_file and rank.rank == 0:

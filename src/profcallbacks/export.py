@@ -84,6 +84,11 @@ class TraceExporter:
         for name in list(self._waiting):
             self._try_publish(name, force=True)
 
+    @property
+    def busy(self) -> bool:
+        """An export is queued or running (it competes with training for the GIL)."""
+        return self._queue.unfinished_tasks > 0
+
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
             try:
@@ -94,6 +99,8 @@ class TraceExporter:
                             "continues and later captures are still tried.",
                             job.info.name, type(exc).__name__, exc)
                 self._discard(job.info)
+            finally:
+                self._queue.task_done()
 
     def _export(self, job: _Job) -> None:
         info = job.info

@@ -87,6 +87,7 @@ class ProfilingSession:
         self._wait_from = 0.0
         self._after_pause = True
         self._paused = False
+        self._profiled = False
         self._opened = False
 
     @property
@@ -199,7 +200,7 @@ class ProfilingSession:
             capture.add_span(self.step, self._step_start_ns, now_ns)
         audited = self._stop_audit(cancel=False) if self._auditing else None
         record = StepRecord(self.step, now - self._step_start, self._data_wait,
-                            captured=capture is not None or audited is not None,
+                            captured=self._profiled or audited is not None,
                             after_pause=self._after_pause)
         summary = self._times.add(record)
         if summary is not None and self._publisher is not None:
@@ -236,6 +237,7 @@ class ProfilingSession:
     def _begin_step(self) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
         self._captures.begin_step(self.step, self._step_start)
+        self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
         self._start_audit_if_due()
         self._step_start, self._step_start_ns = self._clock(), wall_ns()
         self._wait_from = self._step_start

@@ -86,8 +86,9 @@ class CaptureController:
 
     def begin_step(self, step: int, now: float) -> None:
         """Take triggers into account and move the window to ``step``."""
-        if self._file_trigger is not None:
-            requested = self._file_trigger.poll(now)
+        trigger = self._file_trigger
+        if trigger is not None and now >= trigger.next_poll:  # checked inline: every step
+            requested = trigger.poll(now)
             if requested is not None:
                 self.request(requested or self._config.capture_steps, "file")
         agreement = self._agreement

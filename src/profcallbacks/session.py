@@ -238,7 +238,8 @@ class ProfilingSession:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
         self._captures.begin_step(self.step, self._step_start)
         self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
-        self._start_audit_if_due()
+        if self._auditor is not None:
+            self._start_audit_if_due()
         self._step_start, self._step_start_ns = self._clock(), wall_ns()
         self._wait_from = self._step_start
         self._data_wait = 0.0

@@ -24,13 +24,13 @@ class CaptureFileTrigger:
     def __init__(self, logdir: Path, *, poll_s: float) -> None:
         self.path = logdir / CAPTURE_FILE
         self._poll_s = poll_s
-        self._next_poll = float("-inf")
+        self.next_poll = float("-inf")
 
     def poll(self, now: float) -> int | None:
         """Returns the requested step count (0 for the default) once per file, else None."""
-        if now < self._next_poll:
+        if now < self.next_poll:
             return None
-        self._next_poll = now + self._poll_s
+        self.next_poll = now + self._poll_s
         try:
             text = self.path.read_text(encoding="utf-8", errors="replace").strip()
             os.remove(self.path)

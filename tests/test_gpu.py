@@ -68,3 +68,30 @@ def test_capture_holds_cuda_activity_and_the_users_sync(tmp_path):
     syncs = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"].startswith(CUDA_SYNCS)]
     assert kernels and syncs
     assert max(e.get("dur", 0) for e in syncs) > 10  # microseconds blocked waiting for kernels
+
+
+def test_device_step_time_from_cuda_events_adds_no_sync(tmp_path):
+    from profcallbacks import ProfilerConfig, ProfilingSession, RankInfo
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(512, 2048, device="cuda")
+    got = []
+    config = ProfilerConfig(schedule=None, tensorboard_scalars=False, sync_audit=False,
+                            watch_capture_file=False, log_every_n_steps=5)
+    session = ProfilingSession(config, tmp_path, rank=RankInfo(),
+                               metrics_sinks=[lambda values, step: got.append(values)])
+    session.open()
+    torch.cuda.set_sync_debug_mode("error")  # any sync inside the loop raises
+    try:
+        for _ in range(40):
+            busy_step(model, opt, x, sync=False)
+            session.step_end()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    session.close()
+    device = [v["profcallbacks/device_step_time_ms"] for v in got
+              if "profcallbacks/device_step_time_ms" in v]
+    assert device and all(ms > 0 for ms in device)

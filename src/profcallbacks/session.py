@@ -13,6 +13,7 @@ from profcallbacks.capture import wall_ns
 from profcallbacks.captures import CaptureController
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.detectors import default_auditor
+from profcallbacks.device_timing import DeviceStepTimer
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.loaders import describe_loader
 from profcallbacks.ranks import RankInfo
@@ -88,6 +89,7 @@ class ProfilingSession:
         self._after_pause = True
         self._paused = False
         self._profiled = False
+        self._device_timer: DeviceStepTimer | None = None
         self._opened = False
 
     @property
@@ -141,6 +143,7 @@ class ProfilingSession:
                                            tensorboard=self._tensorboard,
                                            steps_file=StepsFile(meta / f"rank{rank}.steps.jsonl"))
         self._captures.open()
+        self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         self._opened = True
         self._begin_step()
         self._after_pause = True
@@ -184,6 +187,8 @@ class ProfilingSession:
         """The work between steps is over: the next step starts timing now."""
         if self._paused:
             self._paused = False
+            if self._device_timer is not None:
+                self._device_timer.break_chain()
             self._captures.end_between_steps()
             self._start_audit_if_due()
             self._step_start, self._step_start_ns = self._clock(), wall_ns()
@@ -202,9 +207,11 @@ class ProfilingSession:
         record = StepRecord(self.step, now - self._step_start, self._data_wait,
                             captured=self._profiled or audited is not None,
                             after_pause=self._after_pause)
+        if self._device_timer is not None:
+            self._device_timer.mark()
         summary = self._times.add(record)
         if summary is not None and self._publisher is not None:
-            self._publisher.publish(summary, self._detector_scalars())
+            self._publisher.publish(summary, self._extra_scalars())
         for detector in self._detectors:
             try:
                 findings = detector.observe(record)
@@ -229,7 +236,7 @@ class ProfilingSession:
         summary = self._times.flush()
         if self._publisher is not None:
             if summary is not None:
-                self._publisher.publish(summary, self._detector_scalars())
+                self._publisher.publish(summary, self._extra_scalars())
             self._publisher.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
@@ -293,9 +300,13 @@ class ProfilingSession:
                 and finding.details.get("capture", True)):  # False: the detector's cooldown
             self.request_capture(trigger="slowdown")
 
-    def _detector_scalars(self) -> dict[str, float]:
-        """Values of detectors that have a ``scalars()`` method, for the step-time summary."""
+    def _extra_scalars(self) -> dict[str, float]:
+        """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""
         values: dict[str, float] = {}
+        if self._device_timer is not None:
+            times = self._device_timer.collect()
+            if times:
+                values["device_step_time_ms"] = sum(times) / len(times)
         for detector in self._detectors:
             extra = getattr(detector, "scalars", None)
             if extra is not None:

@@ -1,0 +1,50 @@
+"""Step time as the GPU saw it: CUDA events recorded at step ends, read only once completed."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+
+
+class DeviceStepTimer:
+    """Records a CUDA event at each step end and turns completed pairs into step times (ms).
+
+    ``collect()`` only reads events whose work is done (``event.query()``), so timing never makes
+    the host wait for the device: nothing here is a sync point. Steps across a ``break_chain()``
+    (a pause for validation or checkpointing) are not timed.
+
+    Example:
+        >>> timer = DeviceStepTimer()          # doctest: +SKIP
+        >>> timer.mark(); ...; timer.mark()    # at each step end
+        >>> timer.collect()                    # device step times (ms) of completed steps
+    """
+
+    def __init__(self, max_pending: int = 4096) -> None:
+        self._pending: deque[Any] = deque(maxlen=max_pending)
+        self._last: Any = None
+
+    @staticmethod
+    def wanted() -> bool:
+        """CUDA is there and initialised (the job uses it)."""
+        return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def mark(self) -> None:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._pending.append(event)
+
+    def break_chain(self) -> None:
+        self._pending.append(None)
+
+    def collect(self) -> list[float]:
+        """Milliseconds between consecutive step ends whose events have completed."""
+        times = []
+        pending = self._pending
+        while pending and (pending[0] is None or pending[0].query()):
+            event = pending.popleft()
+            if event is not None and self._last is not None:
+                times.append(self._last.elapsed_time(event))
+            self._last = event
+        return times

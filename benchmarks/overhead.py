@@ -3,7 +3,8 @@
 Run: python benchmarks/overhead.py [--blocks 30 --steps 200]
 
 Part 1 interleaves blocks of the same tiny training step (~0.5 ms on CPU) in one process:
-  bare loop | StepProfiler outside windows (default options) | torch.profiler alive in its wait phase
+  bare loop | StepProfiler outside windows (default options, and timing only: no detectors)
+  | torch.profiler alive in its wait phase
 and prints each variant's median throughput relative to the bare loop (goal: StepProfiler >= 0.99).
 Part 2 times the training-thread pause at the end of a 5-step window: StepProfiler (stop, then
 export on a background thread) against torch's own on_trace_ready export of the same window.
@@ -57,22 +58,31 @@ def overhead(blocks: int, steps: int) -> dict[str, float]:
     for _ in range(300):
         step()
     with tempfile.TemporaryDirectory() as logdir:
-        prof = StepProfiler(logdir, schedule=None, capture_on_slowdown=False)
+        profilers = {  # both open for the whole run, paused outside their own blocks
+            "StepProfiler (defaults)": StepProfiler(f"{logdir}/a", schedule=None,
+                                                    capture_on_slowdown=False),
+            "StepProfiler (timing only)": StepProfiler(
+                f"{logdir}/b", schedule=None, stall=None, slowdown=None, sync_audit=False),
+        }
         alive = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             schedule=torch.profiler.schedule(wait=10**9, warmup=1, active=1))
-        ratios: dict[str, list[float]] = {"StepProfiler": [], "torch.profiler (wait)": []}
-        with prof, alive:
-            prof.pause()
+        variants: list[tuple[str, Callable[[], None] | None]] = [
+            ("bare", None), *((name, p.step) for name, p in profilers.items()),
+            ("torch.profiler (wait)", alive.step)]
+        ratios: dict[str, list[float]] = {name: [] for name, _ in variants[1:]}
+        with profilers["StepProfiler (defaults)"], profilers["StepProfiler (timing only)"], alive:
+            for prof in profilers.values():
+                prof.pause()
             for b in range(blocks):
-                order = [("bare", None), ("StepProfiler", prof.step),
-                         ("torch.profiler (wait)", alive.step)]
                 rates = {}
-                for name, after in order[b % 3:] + order[: b % 3]:  # rotate to spread drift
-                    if name == "StepProfiler":
+                shift = b % len(variants)  # rotate the order to spread drift
+                for name, after in variants[shift:] + variants[:shift]:
+                    prof = profilers.get(name)
+                    if prof is not None:
                         prof.resume()
                     rates[name] = timed_block(step, after, steps)
-                    if name == "StepProfiler":
+                    if prof is not None:
                         prof.pause()
                 for name in ratios:
                     ratios[name].append(rates[name] / rates["bare"])
@@ -124,7 +134,7 @@ def main() -> None:
     print(f"\nthroughput relative to the bare loop (median over {args.blocks} rounds of interleaved "
           f"{args.steps}-step blocks):")
     for name, ratio in overhead(args.blocks, args.steps).items():
-        print(f"  {name:<24} {ratio:.4f}")
+        print(f"  {name:<28} {ratio:.4f}")
     print(f"\ntraining-thread pause at the end of a 5-step window (median of {args.repeats}):")
     for name, ms in window_end_pause(args.repeats).items():
         print(f"  {name:<28} {ms:8.1f} ms")

@@ -44,23 +44,11 @@ class ProfilerCallback(Callback):
 
     Args:
         logdir: Directory for traces, scalars and findings (default: ``trainer.log_dir``).
-        schedule: Scheduled captures (``None``: only on demand).
-        trace: What each capture records.
-        max_captures: Most captures in the run (a resumed run counts earlier ones).
-        capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
-        watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
-        capture_file_poll_s: Seconds between checks for that file.
-        log_every_n_steps: Steps per step-time summary.
-        tensorboard_scalars: Write ``profcallbacks/*`` scalars with a private SummaryWriter
-            (turned off on rank 0 when a ``TensorBoardLogger`` already writes to ``logdir``).
-        capture_on_slowdown: Capture the slow steps when a slowdown is detected.
-        ranks: Global ranks that write traces (``None``: all).
-        stall: Dataloader-stall detection settings (``None``: off).
-        slowdown: Step-slowdown alert settings (``None``: off).
-        sync_audit: Look for host-device sync points in the user's code.
-        capture_validation: Capture each validation/evaluation run between training steps in a
-            window of its own (``stepNNNNNN-validation``).
-        on_finding: Called with each :class:`Finding` as it is made.
+
+    The other options are :class:`~profcallbacks.StepProfiler`'s, with two Lightning specifics:
+    ``max_captures`` counts the captures of the run before a resume, and ``tensorboard_scalars``
+    is turned off on rank 0 when a ``TensorBoardLogger`` already writes to ``logdir`` (the
+    scalars go through the Trainer's loggers).
 
     Example:
         >>> callback = ProfilerCallback(schedule=Schedule(skip_first=10, active=5))

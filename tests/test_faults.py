@@ -113,4 +113,16 @@ def test_second_profiler_already_running_does_not_crash_training(tmp_path, caplo
             for _ in range(5):
                 train_step(model, opt)
                 prof.step()
-    assert any("could not start the profiler" in r.getMessage() for r in caplog.records)
+    refusals = [r for r in caplog.records if "could not start the profiler" in r.getMessage()]
+    assert len(refusals) == 1  # once for the window, not once per step of it
+
+
+def test_step_outside_the_with_block_warns_once_and_does_nothing(tmp_path, caplog):
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=0, warmup=0, active=2))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            prof.step()
+    assert [r.getMessage() for r in caplog.records if "not running" in r.getMessage()] == [
+        "profcallbacks: step() called while the profiler is not running (use `with prof:` or "
+        "call it between open and close); ignored."]
+    assert prof.session.step == 0 and not torch.autograd.profiler._is_profiler_enabled

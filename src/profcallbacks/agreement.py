@@ -22,7 +22,9 @@ class TriggerAgreement:
     any rank (``capture()``, the CAPTURE file, a slowdown alert) is held until the next step that
     is a multiple of ``every``; there every rank calls one ``all_reduce`` (MAX) of two integers on
     the existing default process group, and all ranks open the same window at the same step.
-    Cost: one tiny collective every ``every`` steps, never per step.
+    Cost: one tiny collective on a CPU (gloo) group every ``every`` steps, never per step, and
+    no host-device sync. Every rank must run the profiler (as every rank runs DDP): create it on
+    all ranks and choose the tracing ones with ``ranks=``.
 
     Example:
         >>> agreement = TriggerAgreement(every=50)      # doctest: +SKIP
@@ -31,10 +33,15 @@ class TriggerAgreement:
     """
 
     def __init__(self, every: int, *, timeout_s: float = 300.0) -> None:
+        import torch.distributed as dist
+
         self.every = every
         self._timeout = datetime.timedelta(seconds=timeout_s)
         self._held: CaptureRequest | None = None
         self.enabled = True
+        # A CPU group even under NCCL: reading a CUDA result back would be a host-device sync.
+        # Creating it is a collective too, so every rank does it here, when profiling opens.
+        self._group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
 
     def hold(self, request: CaptureRequest) -> None:
         if self._held is None or request.active > self._held.active:
@@ -46,17 +53,16 @@ class TriggerAgreement:
 
         held, self._held = self._held, None
         code = TRIGGER_CODES.get(held.trigger, 1) if held else 0
-        device = torch.device("cuda", torch.cuda.current_device()) \
-            if dist.get_backend() == "nccl" else torch.device("cpu")
-        values = torch.tensor([held.active if held else 0, code], dtype=torch.int64, device=device)
+        values = torch.tensor([held.active if held else 0, code], dtype=torch.int64)
         try:
-            work = dist.all_reduce(values, op=dist.ReduceOp.MAX, async_op=True)
+            work = dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._group,
+                                   async_op=True)
             if work is not None:
                 work.wait(self._timeout)
+            active, code = (int(v) for v in values.tolist())
         except Exception as exc:  # a rank has gone (stopped early or crashed): stop agreeing
             log.warning("profcallbacks: could not agree on captures with the other ranks (%s); "
                         "requested captures are now per rank.", exc)
             self.enabled = False
             return held
-        active, code = (int(v) for v in values.tolist())
         return CaptureRequest(active, _TRIGGERS.get(code, "manual")) if active else None

@@ -19,6 +19,8 @@ from profcallbacks.triggers import CaptureFileTrigger
 
 log = logging.getLogger(__name__)
 
+MIN_AGREE_EVERY = 10  # steps between trigger agreements, at least (they are collectives)
+
 
 class CaptureController:
     """Opens, advances and closes capture windows at step boundaries.
@@ -44,6 +46,8 @@ class CaptureController:
         self._agreement: TriggerAgreement | None = None
         self._tid = 0
         self._between: tuple[int, int] | None = None  # step and start of a capture between steps
+        self._refused: Window | None = None  # the profiler would not start for this window
+        self._broken = False
 
     @property
     def captures(self) -> list[Path]:
@@ -72,9 +76,12 @@ class CaptureController:
         config, rank = self._config, self._rank
         if config.watch_capture_file and rank.rank == 0:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
-        tracing = len(config.ranks) if config.ranks else rank.world_size
-        self._exporter = TraceExporter(self._logdir, tracing_ranks=min(tracing, rank.world_size))
-        self._agreement = _agreement_for(rank, config.log_every_n_steps)
+        tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
+        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
+        self._agreement = _agreement_for(rank, max(config.log_every_n_steps, MIN_AGREE_EVERY))
+        early = self._planner.take_pending() if self._agreement is not None else None
+        if early is not None and self._agreement is not None:  # asked for before training began
+            self._agreement.hold(early)
         self._tid = threading.get_native_id()
 
     def request(self, active: int, trigger: str) -> None:
@@ -85,7 +92,19 @@ class CaptureController:
             self._planner.request(active, trigger)
 
     def begin_step(self, step: int, now: float) -> None:
-        """Take triggers into account and move the window to ``step``."""
+        """Take triggers into account and move the window to ``step``; never raises."""
+        if self._broken:
+            return
+        try:
+            self._begin_step(step, now)
+        except Exception as exc:  # e.g. a file system or process-group error: stop capturing
+            log.warning("profcallbacks: captures failed at step %d (%s: %s) and are off for the "
+                        "rest of the run; step timing and findings go on.", step,
+                        type(exc).__name__, exc)
+            self._broken = True
+            self.finish(partial=True)
+
+    def _begin_step(self, step: int, now: float) -> None:
         trigger = self._file_trigger
         if trigger is not None and now >= trigger.next_poll:  # checked inline: every step
             requested = trigger.poll(now)
@@ -103,17 +122,18 @@ class CaptureController:
         if capture is not None and (phase is Phase.IDLE or capture.window != self._planner.window):
             self.finish(partial=False)
             capture = None
-        if phase is Phase.IDLE or not self._traces:
+        window = self._planner.window
+        if phase is Phase.IDLE or not self._traces or window is None or window == self._refused:
             return
         try:
             if capture is None:
-                assert self._planner.window is not None
-                capture = self._capture = TraceCapture(self._config.trace, self._planner.window)
+                capture = self._capture = TraceCapture(self._config.trace, window)
             capture.warm_up() if phase is Phase.WARMUP else capture.record()
         except Exception as exc:  # kineto refused (e.g. another profiler is running)
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
                         "capture is skipped.", step, exc)
-            self._capture = None
+            self._refused = window
+            self.finish(partial=False)
 
     def begin_between_steps(self, step: int, trigger: str) -> None:
         """Capture work between steps (e.g. validation) as a window of its own, if none is open."""
@@ -162,7 +182,10 @@ class CaptureController:
 
     def close(self, *, failed: bool) -> None:
         """Export a window still open as partial, then wait for the exports to finish."""
-        self.finish(partial=True)
+        try:
+            self.finish(partial=True)
+        except Exception as exc:  # e.g. the export thread cannot start: the run still ends
+            log.warning("profcallbacks: the last capture could not be exported (%s).", exc)
         if self._exporter is not None:
             self._exporter.close(timeout_s=10.0 if failed else 120.0)
 

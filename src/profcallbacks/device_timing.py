@@ -38,6 +38,11 @@ class DeviceStepTimer:
     def break_chain(self) -> None:
         self._pending.append(None)
 
+    def scalars(self) -> dict[str, float]:
+        """Mean device step time (ms) of the steps completed since the last call."""
+        times = self.collect()
+        return {"device_step_time_ms": sum(times) / len(times)} if times else {}
+
     def collect(self) -> list[float]:
         """Milliseconds between consecutive step ends whose events have completed."""
         times = []

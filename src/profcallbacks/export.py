@@ -78,11 +78,11 @@ class TraceExporter:
         deadline = time.monotonic() + self._publish_timeout_s
         while self._waiting and time.monotonic() < deadline:
             for name in list(self._waiting):
-                self._try_publish(name, force=False)
+                self._publish(name, force=False)
             if self._waiting:
                 time.sleep(0.2)
         for name in list(self._waiting):
-            self._try_publish(name, force=True)
+            self._publish(name, force=True)
 
     @property
     def busy(self) -> bool:
@@ -120,7 +120,17 @@ class TraceExporter:
             json.dump(trace, f, separators=(",", ":"))
         os.replace(writing, stage / (trace_file_name(info) + _READY))
         self._waiting.add(info.name)
-        self._try_publish(info.name, force=False)
+        self._publish(info.name, force=False)
+
+    def _publish(self, name: str, *, force: bool) -> None:
+        """Publish ``name`` if it is complete (or ``force``); a file-system error only warns."""
+        try:
+            self._try_publish(name, force=force)
+        except OSError as exc:
+            log.warning("profcallbacks: could not publish capture %s yet (%s); it stays in %s.",
+                        name, exc, self._staging)
+            if force:
+                self._waiting.discard(name)
 
     def _try_publish(self, name: str, *, force: bool) -> None:
         stage = self._staging / name
@@ -138,13 +148,13 @@ class TraceExporter:
         final = self._logdir / name
         for path in ready:
             os.replace(path, stage / path.name[: -len(_READY)])
-        (stage / ".publishing").rmdir()
         if final.exists():  # published earlier without us: move our files in one by one
             for path in stage.glob("*.pt.trace.json.gz"):
                 os.replace(path, final / path.name)
             _remove_tree(stage)
         else:
-            os.replace(stage, final)
+            os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
+            (final / ".publishing").rmdir()
         self.exported.append(final)
         self._waiting.discard(name)
         if force and len(ready) < self._tracing_ranks:
@@ -160,5 +170,5 @@ class TraceExporter:
 
 def _remove_tree(path: Path) -> None:
     for child in path.iterdir():
-        child.unlink()
+        child.rmdir() if child.is_dir() else child.unlink()
     path.rmdir()

@@ -130,7 +130,7 @@ class ProfilerCallback(Callback):
             config = dataclasses.replace(config, tensorboard_scalars=False)  # no double scalars
         if self._other_kineto:
             config = dataclasses.replace(config, schedule=None, watch_capture_file=False,
-                                         capture_on_slowdown=False)
+                                         capture_on_slowdown=False, capture_validation=False)
             self._pending_captures.clear()
         rank = RankInfo.detect()  # the process group exists by now
         self.session = ProfilingSession(

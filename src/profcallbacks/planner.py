@@ -75,9 +75,10 @@ class CapturePlanner:
         if self._pending is None or active > self._pending.active:
             self._pending = CaptureRequest(active=active, trigger=trigger)
 
-    @property
-    def pending(self) -> CaptureRequest | None:
-        return self._pending
+    def take_pending(self) -> CaptureRequest | None:
+        """Remove and return the request not yet turned into a window."""
+        request, self._pending = self._pending, None
+        return request
 
     def phase_for(self, step: int) -> Phase:
         """Advance to ``step`` and return its phase, opening a new window when one is due."""

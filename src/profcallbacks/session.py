@@ -91,6 +91,7 @@ class ProfilingSession:
         self._profiled = False
         self._device_timer: DeviceStepTimer | None = None
         self._opened = False
+        self._warned_closed = False
 
     @property
     def findings(self) -> list[Finding]:
@@ -145,7 +146,7 @@ class ProfilingSession:
         self._captures.open()
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         self._opened = True
-        self._begin_step()
+        self._begin_step(self._clock())
         self._after_pause = True
 
     def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
@@ -198,17 +199,23 @@ class ProfilingSession:
 
     def step_end(self) -> None:
         """The current optimizer step is complete."""
-        now, now_ns = self._clock(), wall_ns()
+        now = self._clock()
+        if not self._opened:
+            if not self._warned_closed:
+                log.warning("profcallbacks: step() called while the profiler is not running "
+                            "(use `with prof:` or call it between open and close); ignored.")
+                self._warned_closed = True
+            return
         self._paused = False
         capture = self._captures.active
         if capture is not None and capture.recording:
-            capture.add_span(self.step, self._step_start_ns, now_ns)
+            capture.add_span(self.step, self._step_start_ns, wall_ns())
         audited = self._stop_audit(cancel=False) if self._auditing else None
         record = StepRecord(self.step, now - self._step_start, self._data_wait,
                             captured=self._profiled or audited is not None,
                             after_pause=self._after_pause)
         if self._device_timer is not None:
-            self._device_timer.mark()
+            self._mark_device_step()
         summary = self._times.add(record)
         if summary is not None and self._publisher is not None:
             self._publisher.publish(summary, self._extra_scalars())
@@ -223,34 +230,45 @@ class ProfilingSession:
         for finding in audited or ():
             self.emit(finding)
         self.step += 1
-        self._begin_step()
+        self._begin_step(now)
 
     def close(self, *, failed: bool = False) -> None:
         """Stop any capture (exported as partial), flush summaries and finish exports."""
         if not self._opened:
             return
         self._opened = False
-        if self._auditing:
-            self._stop_audit(cancel=True)
-        self._captures.close(failed=failed)
-        summary = self._times.flush()
-        if self._publisher is not None:
-            if summary is not None:
+        try:
+            if self._auditing:
+                self._stop_audit(cancel=True)
+            self._captures.close(failed=failed)
+            summary = self._times.flush()
+            if summary is not None and self._publisher is not None:
                 self._publisher.publish(summary, self._extra_scalars())
-            self._publisher.close()
-        if self._tensorboard is not None:
-            self._tensorboard.close()
+        finally:
+            if self._publisher is not None:
+                self._publisher.close()
+            if self._tensorboard is not None:
+                self._tensorboard.close()
 
-    def _begin_step(self) -> None:
+    def _begin_step(self, now: float) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
-        self._captures.begin_step(self.step, self._step_start)
+        self._captures.begin_step(self.step, now)
         self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
         if self._auditor is not None:
             self._start_audit_if_due()
-        self._step_start, self._step_start_ns = self._clock(), wall_ns()
+        self._step_start = self._clock()
+        self._step_start_ns = wall_ns() if self._captures.active is not None else 0
         self._wait_from = self._step_start
         self._data_wait = 0.0
         self._after_pause = False
+
+    def _mark_device_step(self) -> None:
+        try:
+            assert self._device_timer is not None
+            self._device_timer.mark()
+        except Exception as exc:
+            log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
+            self._device_timer = None
 
     def _start_audit_if_due(self) -> None:
         auditor = self._auditor
@@ -303,14 +321,13 @@ class ProfilingSession:
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""
         values: dict[str, float] = {}
-        if self._device_timer is not None:
-            times = self._device_timer.collect()
-            if times:
-                values["device_step_time_ms"] = sum(times) / len(times)
-        for detector in self._detectors:
-            extra = getattr(detector, "scalars", None)
-            if extra is not None:
-                values.update(extra())
+        sources = [*self._detectors, *([self._device_timer] if self._device_timer else [])]
+        for source in sources:
+            extra = getattr(source, "scalars", None)
+            try:
+                values.update(extra() if extra is not None else {})
+            except Exception as exc:
+                log.warning("profcallbacks: scalars of %s failed (%s).", type(source).__name__, exc)
         return values
 
 

@@ -102,10 +102,12 @@ class StragglerDetector:
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Collects one step; at check steps, meets the other ranks (a collective)."""
+        if self._disabled:
+            return ()
         if not (record.captured or record.after_pause):
             self._times.append(record.step_time_s)
             self._wait_s += record.data_wait_s
-        if (record.step + 1) % self._every or self._disabled:
+        if (record.step + 1) % self._every:
             return ()
         return self._check(record.step)  # if it raises, the session disables this detector
 

@@ -43,11 +43,6 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        return cls(**{k: data[k] for k in ("kind", "step", "rank", "severity", "message")},
-                   details=dict(data.get("details") or {}))
-
 
 FindingHandler = Callable[[Finding], None]
 

@@ -150,7 +150,11 @@ class ProfilingSession:
         self._after_pause = True
 
     def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
-        """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on."""
+        """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on.
+
+        With several ranks the window starts at the next trigger agreement (a step that is a
+        multiple of ``max(log_every_n_steps, 10)``), on every rank at once.
+        """
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
                                   or steps < 1):
             raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")

@@ -104,6 +104,7 @@ class StallDetector:
         self._block_first, self._block_steps = 0, 0  # the block being filled
         self._block_wait_s, self._block_time_s = 0.0, 0.0
         self._isolated_limit_s = math.inf  # a wait this long is an isolated hiccup
+        self._blocks_closed = 0
         self._step_times: deque[float] = deque(maxlen=max(config.window, 3 * config.block_steps))
         self._waits: deque[float] = deque(maxlen=self._step_times.maxlen)
         self._reference_s: float | None = None  # median step time of the recent steps
@@ -148,9 +149,11 @@ class StallDetector:
                        self._block_time_s)
         self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
         self._blocks.append(block)
-        self._reference_s = statistics.median(self._step_times)
-        self._isolated_limit_s = max(self.config.isolated_min_s,
-                                     self.config.isolated_factor * self._reference_s)
+        self._blocks_closed += 1
+        if self._blocks_closed % self._blocks_needed() == 1:  # the first block, then once a window
+            self._reference_s = statistics.median(self._step_times)
+            self._isolated_limit_s = max(self.config.isolated_min_s,
+                                         self.config.isolated_factor * self._reference_s)
         if len(self._blocks) == self._blocks.maxlen:
             return self._evaluate(block)
         return []

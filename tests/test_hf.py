@@ -101,6 +101,20 @@ def test_evaluation_lies_outside_steps_in_traces_and_times(tmp_path):
     assert max(r["step_time_ms"] for r in rows) < 400  # an evaluation takes >= 450 ms
 
 
+def test_evaluation_in_windows_of_its_own(tmp_path):
+    callback = ProfilerCallback(tmp_path / "prof", schedule=None, capture_validation=True,
+                                tensorboard_scalars=False, max_captures=2, sync_audit=False)
+    train(tmp_path, max_steps=6, callback=callback, eval_steps=2)
+    # evaluations after steps 1, 3 and 5 (global steps 2, 4, 6); max_captures=2 keeps two
+    assert captured_steps(tmp_path / "prof") == {"step000002-validation": [2],
+                                                  "step000004-validation": [4]}
+    trace = load_trace(trace_files(tmp_path / "prof" / "step000002-validation")[0])
+    (span,) = events(trace, "ProfilerStep#")
+    evals = events(trace, "tiny.forward.eval")
+    assert evals and all(ranges_holding([span], e) == [span] for e in evals)
+    assert events(trace, "tiny.forward.train") == []
+
+
 def test_max_steps_inside_window_exports_partial(tmp_path):
     callback = ProfilerCallback(tmp_path / "prof", schedule=Schedule(skip_first=2, warmup=1, active=10),
                                 tensorboard_scalars=False)

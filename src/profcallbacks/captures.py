@@ -143,13 +143,13 @@ class CaptureController:
             return
         self._planner.captures_started += 1
         try:
-            capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
-            capture.record()
+            self._capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
+            self._capture.record()
         except Exception as exc:
             log.warning("profcallbacks: could not start the profiler for %s at step %d (%s); "
                         "this capture is skipped.", trigger, step, exc)
+            self.finish(partial=False)  # stops a profiler that got as far as warming up
             return
-        self._capture = capture
         self._between = (step, wall_ns())
 
     def end_between_steps(self) -> None:
@@ -158,7 +158,11 @@ class CaptureController:
             return
         (step, start_ns), self._between = self._between, None
         self._capture.add_span(step, start_ns, wall_ns())
-        self.finish(partial=False)
+        try:
+            self.finish(partial=False)
+        except Exception as exc:  # e.g. the export thread cannot start: training goes on
+            log.warning("profcallbacks: the capture between steps at step %d could not be "
+                        "exported (%s).", step, exc)
 
     def finish(self, *, partial: bool) -> None:
         """Stop the running capture and queue what it recorded for export."""

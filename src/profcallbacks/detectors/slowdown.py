@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from profcallbacks.findings import Finding
-from profcallbacks.timing import StepRecord
+from profcallbacks.timing import StepRecord, median
 
 if TYPE_CHECKING:
     from profcallbacks.detectors.straggler import StragglerConfig
@@ -169,7 +169,7 @@ class SlowdownDetector:
         baseline (``slowdown_ratio``), and the baseline in milliseconds."""
         if self.ratio is None or self.baseline_s is None:
             return {}
-        observed = _median([t for _, t in list(self._recent)[-len(self._ring):]])
+        observed = median([t for _, t in list(self._recent)[-len(self._ring):]])
         return {"slowdown_ratio": observed / self.baseline_s,
                 "baseline_step_time_ms": self.baseline_s * 1e3}
 
@@ -220,15 +220,15 @@ class SlowdownDetector:
 
     def _close_block(self) -> bool:
         """A block of ``baseline_steps`` is complete: set or lower the baseline (True if so)."""
-        median = _median(self._block)
+        block_median = median(self._block)
         self._block = []
         self._sum = sum(self._ring)  # no rounding drift in the running sum
-        previous, self._last_block_median = self._last_block_median, median
+        previous, self._last_block_median = self._last_block_median, block_median
         if self.baseline_s is None:
-            self._set_baseline(median)
+            self._set_baseline(block_median)
             return True
-        if previous is not None and max(previous, median) < self.baseline_s and not self.slow:
-            self._set_baseline(max(previous, median))
+        if previous is not None and max(previous, block_median) < self.baseline_s and not self.slow:
+            self._set_baseline(max(previous, block_median))
             return True
         return False
 
@@ -250,7 +250,7 @@ class SlowdownDetector:
         ratio = self._sum / (self._window * self.baseline_s)
         self.slow, self._run, self._alert_step, self._slow_steps = True, 0, step, 0
         first = self._onset()
-        observed = _median([t for s, t in self._recent if s >= first])
+        observed = median([t for s, t in self._recent if s >= first])
         cooldown = self.config.capture_cooldown_steps
         last = self._last_capture
         capture = self.capture and (last is None or step - last >= cooldown)
@@ -295,7 +295,7 @@ class SlowdownDetector:
     def _rebaseline(self, step: int) -> Finding:
         old = self.baseline_s
         assert old is not None
-        new = _median([t for _, t in list(self._recent)[-len(self._ring):]])
+        new = median([t for _, t in list(self._recent)[-len(self._ring):]])
         self.slow, self._run, self._last_block_median = False, 0, None
         self._block = []
         self._set_baseline(new)
@@ -305,10 +305,3 @@ class SlowdownDetector:
                      f"the new baseline (was {old * 1e3:.1f} ms), only further slowdowns alert"),
             details={"old_baseline_step_time_s": old, "baseline_step_time_s": new,
                      "slow_since_step": self._alert_step})
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from profcallbacks.findings import Finding
 from profcallbacks.loaders import LoaderInfo, stall_advice
-from profcallbacks.timing import StepRecord
+from profcallbacks.timing import StepRecord, median
 
 
 def _check(name: str, value: object, low: float, high: float | None, integer: bool, fix: str) -> None:
@@ -101,6 +101,7 @@ class StallDetector:
         self.loader: LoaderInfo = {}
         self._block_len = config.block_steps
         self._blocks: deque[_Block] = deque(maxlen=self._blocks_needed())
+        self._shares: deque[float] = deque(maxlen=self._blocks.maxlen)  # the blocks' data shares
         self._block_first, self._block_steps = 0, 0  # the block being filled
         self._block_wait_s, self._block_time_s = 0.0, 0.0
         self._isolated_limit_s = math.inf  # a wait this long is an isolated hiccup
@@ -121,6 +122,7 @@ class StallDetector:
         if block != self._block_len:
             self._block_len = block
             self._blocks = deque(self._blocks, maxlen=self._blocks_needed())
+            self._shares = deque((b.share for b in self._blocks), maxlen=self._blocks.maxlen)
             self._step_times = deque(self._step_times, maxlen=max(self.config.window, 3 * block))
             self._waits = deque(self._waits, maxlen=self._step_times.maxlen)
 
@@ -149,9 +151,10 @@ class StallDetector:
                        self._block_time_s)
         self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
         self._blocks.append(block)
+        self._shares.append(block.share)
         self._blocks_closed += 1
         if self._blocks_closed % self._blocks_needed() == 1:  # the first block, then once a window
-            self._reference_s = statistics.median(self._step_times)
+            self._reference_s = median(self._step_times)
             self._isolated_limit_s = max(self.config.isolated_min_s,
                                          self.config.isolated_factor * self._reference_s)
         if len(self._blocks) == self._blocks.maxlen:
@@ -159,7 +162,7 @@ class StallDetector:
         return []
 
     def _evaluate(self, latest: _Block) -> list[Finding]:
-        share = statistics.median(b.share for b in self._blocks)
+        share = median(self._shares)
         episode = self._episode
         if episode is None:
             if share < self.config.share_threshold:
@@ -179,7 +182,7 @@ class StallDetector:
     def _stall_finding(self, episode: _Block, share: float) -> Finding:
         waits = list(self._waits)
         mean_wait = statistics.fmean(waits)
-        bursty = mean_wait > 0 and statistics.median(waits) < 0.25 * mean_wait
+        bursty = mean_wait > 0 and median(waits) < 0.25 * mean_wait
         advice = stall_advice(self.loader, bursty=bursty)
         wait_ms = 1e3 * episode.wait_s / episode.steps
         step_ms = 1e3 * episode.time_s / episode.steps

@@ -47,8 +47,7 @@ def test_plugin_lists_each_capture_with_its_rank_steps_and_dataloader_time(examp
 def test_capture_dirs_appear_whole(example_logdir):
     for d in capture_dirs(example_logdir):
         assert [p.suffixes[-2:] for p in d.iterdir()] == [[".json", ".gz"]]
-    staging = example_logdir / ".profcallbacks-staging"
-    assert not staging.exists() or not any(staging.rglob("*.*"))
+    assert not (example_logdir / ".profcallbacks-staging").exists()  # removed once empty
 
 
 def test_plugin_lists_captures_of_every_front_end(tmp_path):

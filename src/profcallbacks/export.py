@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -83,6 +84,8 @@ class TraceExporter:
                 time.sleep(0.2)
         for name in list(self._waiting):
             self._publish(name, force=True)
+        with contextlib.suppress(OSError):  # only when empty: another rank may still stage
+            self._staging.rmdir()
 
     @property
     def busy(self) -> bool:

@@ -216,21 +216,24 @@ def tensorboard_logdir(args: TrainingArguments, state: TrainerState, rank: RankI
     transformers 4.x: ``args.logging_dir``. 5.x: ``$TENSORBOARD_LOGGING_DIR``, else
     ``output_dir/runs/<date>_<host>`` named at the integration's ``on_train_begin``, which runs
     just before ours: an existing directory from the last seconds is that one. With several
-    ranks, rank 0's choice is broadcast.
+    ranks, rank 0's choice is broadcast (in 4.x too: each process names ``logging_dir`` from its
+    own clock, so ranks starting across a second boundary disagree).
     """
-    legacy = getattr(args, "logging_dir", None)
-    if legacy:
-        return Path(legacy)
+    legacy = getattr(args, "logging_dir", None)  # 4.x: named per process, from its own clock
     env = os.environ.get("TENSORBOARD_LOGGING_DIR")
-    if env:
-        return Path(env).expanduser()
-    runs = Path(args.output_dir or ".") / "runs"
-    now = datetime.now()
-    names = [f"{now - timedelta(seconds=s):%b%d_%H-%M-%S}_{socket.gethostname()}" for s in range(3)]
-    found = [runs / name for name in names if (runs / name).is_dir()]
-    path = found[0] if found else runs / names[0]
-    if state.is_hyper_param_search and state.trial_name:
-        path = path / state.trial_name
+    if legacy:
+        path = Path(legacy)
+    elif env:
+        path = Path(env).expanduser()
+    else:
+        runs = Path(args.output_dir or ".") / "runs"
+        now = datetime.now()
+        names = [f"{now - timedelta(seconds=s):%b%d_%H-%M-%S}_{socket.gethostname()}"
+                 for s in range(3)]
+        found = [runs / name for name in names if (runs / name).is_dir()]
+        path = found[0] if found else runs / names[0]
+        if state.is_hyper_param_search and state.trial_name:
+            path = path / state.trial_name
     return _from_rank_zero(path) if rank.is_distributed else path
 
 

@@ -20,8 +20,11 @@ def torchrun(nproc, logdir, *args, timeout=240):
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
            "--standalone", str(SCRIPT), "--logdir", str(logdir), "--results", str(results_dir),
            *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for _ in range(2):  # a port taken between torchrun's pick and its bind is worth one retry
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
+            break
     results = [json.loads(p.read_text()) for p in results_dir.glob("rank*.json")]
     return proc, sorted(results, key=lambda r: r["rank"])
 

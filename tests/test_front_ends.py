@@ -30,3 +30,12 @@ def test_adapters_take_the_same_options(module, name):
     except ModuleNotFoundError as exc:
         pytest.skip(f"{module} not built yet ({exc})")
     assert keyword_options(cls) == keyword_options(StepProfiler)
+
+
+@pytest.mark.parametrize("module, name", [("profcallbacks", "StepProfiler"), *FRONT_ENDS])
+@pytest.mark.parametrize("steps", [0, -3, 2.5, True])
+def test_bad_capture_steps_rejected_at_the_call(tmp_path, module, name, steps):
+    cls = getattr(importlib.import_module(module), name)
+    front_end = cls(tmp_path)
+    with pytest.raises(ValueError, match=rf"capture\(steps={steps!r}\): steps must be an int"):
+        front_end.capture(steps=steps)

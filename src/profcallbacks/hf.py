@@ -23,6 +23,7 @@ from profcallbacks.detectors.slowdown import SlowdownConfig
 from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options import TraceOptions
+from profcallbacks.planner import check_capture_steps
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
 from profcallbacks.session import ProfilingSession
@@ -83,12 +84,10 @@ class ProfilerCallback(TrainerCallback):
 
     def capture(self, steps: int | None = None) -> None:
         """Capture ``steps`` steps (default ``capture_steps``) from the next step on."""
+        check_capture_steps(steps)
         if self._closer is not None and self.session is not None:
             self.session.request_capture(steps, trigger="manual")
             return
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or steps < 1):
-            raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
         self._requests.append(steps)  # before train(): asked for as soon as training starts
 
     def close(self, *, failed: bool = True) -> None:

@@ -26,6 +26,7 @@ from profcallbacks.detectors.stall import StallConfig
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options import TraceOptions
+from profcallbacks.planner import check_capture_steps
 from profcallbacks.ranks import RankInfo
 from profcallbacks.schedule import Schedule
 from profcallbacks.session import ProfilingSession
@@ -93,14 +94,12 @@ class ProfilerCallback(Callback):
 
     def capture(self, steps: int | None = None) -> None:
         """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
+        check_capture_steps(steps)
         if self._other_kineto:
             log.warning("profcallbacks: capture() ignored: Trainer(profiler=PyTorchProfiler) "
                         "owns torch.profiler in this fit.")
         elif self.session is not None:
             self.session.request_capture(steps, trigger="manual")
-        elif steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                    or steps < 1):
-            raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
         else:  # delivered when training starts
             self._pending_captures.append((steps or self.config.capture_steps, "manual"))
 

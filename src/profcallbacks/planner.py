@@ -40,6 +40,13 @@ class Window:
         return Phase.IDLE
 
 
+def check_capture_steps(steps: int | None) -> None:
+    """Reject a bad ``capture(steps=...)`` at the call, whichever front end took it."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1, or None "
+                         "for the configured capture_steps.")
+
+
 @dataclass(frozen=True)
 class CaptureRequest:
     """A capture asked for outside the schedule (API call, CAPTURE file, slowdown alert)."""

@@ -16,6 +16,7 @@ from profcallbacks.detectors import default_auditor
 from profcallbacks.device_timing import DeviceStepTimer
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.loaders import describe_loader
+from profcallbacks.planner import check_capture_steps
 from profcallbacks.ranks import RankInfo
 from profcallbacks.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.timing import StepRecord, StepTimes
@@ -155,9 +156,7 @@ class ProfilingSession:
         With several ranks the window starts at the next trigger agreement (a step that is a
         multiple of ``max(log_every_n_steps, 10)``), on every rank at once.
         """
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or steps < 1):
-            raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1.")
+        check_capture_steps(steps)
         self._captures.request(steps or self.config.capture_steps, trigger)
 
     def data_wait(self, seconds: float) -> None:

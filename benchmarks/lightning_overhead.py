@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from profcallbacks import ProfilerConfig, ProfilingSession, RankInfo, Schedule
-from profcallbacks.detectors import default_detectors
+from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.lightning import ProfilerCallback
 
 

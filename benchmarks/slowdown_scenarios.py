@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from profcallbacks import SlowdownConfig
-from profcallbacks.detectors.slowdown import SlowdownDetector
-from profcallbacks.timing import StepRecord
+from profcallbacks.core.timing import StepRecord
+from profcallbacks.detect.slowdown import SlowdownDetector
 
 BASE_S = 0.010
 Noise = Callable[[random.Random], float]

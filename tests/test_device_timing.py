@@ -1,6 +1,6 @@
 """DeviceStepTimer's bookkeeping, with stand-in events (the CUDA part runs in test_gpu.py)."""
 
-from profcallbacks.device_timing import DeviceStepTimer
+from profcallbacks.core.device_timing import DeviceStepTimer
 
 
 class FakeEvent:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from profcallbacks import Schedule, StepProfiler, SyncAuditConfig
-from profcallbacks.syncpoints import audit_findings_of
+from profcallbacks.detect.sync_audit import audit_findings_of
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from profcallbacks import Phase, Schedule
-from profcallbacks.planner import CapturePlanner
+from profcallbacks.capture.planner import CapturePlanner
 
 
 def torch_active_steps(skip_first, wait, warmup, active, repeat, n):

@@ -9,10 +9,10 @@ import pytest
 
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import ProfilerConfig, ProfilingSession, SlowdownConfig, StepProfiler
-from profcallbacks.detectors import default_detectors
-from profcallbacks.detectors.slowdown import SlowdownDetector
-from profcallbacks.ranks import RankInfo
-from profcallbacks.timing import StepRecord
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.timing import StepRecord
+from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.slowdown import SlowdownDetector
 
 BASE_S = 0.010
 NOISES = {

@@ -7,11 +7,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from profcallbacks import ProfilerConfig, ProfilingSession, StallConfig, StepProfiler
-from profcallbacks.detectors import default_detectors
-from profcallbacks.detectors.stall import StallDetector
-from profcallbacks.loaders import describe_loader
-from profcallbacks.ranks import RankInfo
-from profcallbacks.timing import StepRecord
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.timing import StepRecord
+from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.loaders import describe_loader
+from profcallbacks.detect.stall import StallDetector
 
 
 class FakeClock:

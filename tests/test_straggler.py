@@ -9,8 +9,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from profcallbacks import SlowdownConfig, StepProfiler, StragglerConfig
-from profcallbacks.detectors.straggler import StragglerDetector
-from profcallbacks.timing import StepRecord
+from profcallbacks.core.timing import StepRecord
+from profcallbacks.detect.straggler import StragglerDetector
 
 
 def scripted(per_rank_s, waits_s=None, checks=4, config=None):

@@ -6,8 +6,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler, SyncAuditConfig
-from profcallbacks.syncpoints import SyncAuditor, audit_findings_of
-from profcallbacks.syncspy import SyncSpy
+from profcallbacks.detect.sync_audit import SyncAuditor, audit_findings_of
+from profcallbacks.detect.sync_spy import SyncSpy
 from sync_scenario import EXPECTED, location, scenario_loss
 
 AUDIT = SyncAuditConfig(at_step=2)

@@ -1,17 +1,17 @@
 """Drop-in profiling callbacks for Lightning, Hugging Face and plain PyTorch training loops."""
 
 from profcallbacks._version import __version__
+from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.schedule import Phase, Schedule
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.detectors.slowdown import SlowdownConfig
-from profcallbacks.detectors.stall import StallConfig
-from profcallbacks.detectors.straggler import StragglerConfig
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.session import ProfilingSession
+from profcallbacks.detect.slowdown import SlowdownConfig
+from profcallbacks.detect.stall import StallConfig
+from profcallbacks.detect.straggler import StragglerConfig
+from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding
-from profcallbacks.options import TraceOptions
-from profcallbacks.ranks import RankInfo
-from profcallbacks.schedule import Phase, Schedule
-from profcallbacks.session import ProfilingSession
-from profcallbacks.step_profiler import StepProfiler
-from profcallbacks.syncpoints import SyncAuditConfig
+from profcallbacks.loop import StepProfiler
 
 __all__ = [
     "Finding",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from profcallbacks.detectors.slowdown import SlowdownConfig
-from profcallbacks.detectors.stall import StallConfig
-from profcallbacks.options import TraceOptions
-from profcallbacks.schedule import Schedule
-from profcallbacks.syncpoints import SyncAuditConfig
+from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.schedule import Schedule
+from profcallbacks.detect.slowdown import SlowdownConfig
+from profcallbacks.detect.stall import StallConfig
+from profcallbacks.detect.sync_audit import SyncAuditConfig
 
 
 def _positive(owner: str, name: str, value: float, fix: str) -> None:

@@ -19,18 +19,18 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
         f"profcallbacks.lightning needs Lightning ({exc.name} is missing): "
         "pip install 'profcallbacks[lightning]'") from exc
 
+from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.planner import check_capture_steps
+from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.detectors import default_detectors
-from profcallbacks.detectors.slowdown import SlowdownConfig
-from profcallbacks.detectors.stall import StallConfig
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.session import ProfilingSession
+from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.slowdown import SlowdownConfig
+from profcallbacks.detect.stall import StallConfig
+from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
-from profcallbacks.options import TraceOptions
-from profcallbacks.planner import check_capture_steps
-from profcallbacks.ranks import RankInfo
-from profcallbacks.schedule import Schedule
-from profcallbacks.session import ProfilingSession
-from profcallbacks.syncpoints import SyncAuditConfig
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?$")
-TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
-RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
-META_DIR = "profcallbacks"
+from profcallbacks.layout import CAPTURE_DIR, META_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
+
 _MAX_DEPTH = 4
 
 
@@ -43,18 +40,18 @@ def scan_run(root: Path) -> RunFiles:
     """The capture directories and per-rank files directly under ``root``."""
     run = RunFiles(root=root)
     for child in sorted(root.iterdir()):
-        match = CAPTURE_DIR.match(child.name)
-        if match and child.is_dir():
+        parsed = parse_capture_dir(child.name)
+        if parsed and child.is_dir():
             files = sorted(p for p in child.iterdir() if TRACE_FILE.match(p.name) and p.is_file())
-            run.captures.append(Capture(child, int(match.group(1)), match.group(2).lower(),
-                                        bool(match.group(3)), files))
+            run.captures.append(Capture(child, *parsed, files))
     meta = root / META_DIR
     if meta.is_dir():
         for path in sorted(meta.iterdir()):
-            match = RANK_FILE.match(path.name)
-            if match:
-                target = run.findings_files if match.group(2) == "findings" else run.steps_files
-                target[int(match.group(1))] = path
+            rank_file = parse_rank_file(path.name)
+            if rank_file:
+                rank, what = rank_file
+                target = run.findings_files if what == "findings" else run.steps_files
+                target[rank] = path
     run.captures.sort(key=lambda c: (c.first_step, c.directory.name))
     return run
 

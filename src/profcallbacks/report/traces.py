@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.postprocess import DATALOADER_PREFIXES
+from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.reading import ReadError, gc_paused, read_json
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

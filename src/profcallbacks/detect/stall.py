@@ -8,9 +8,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from profcallbacks.core.timing import StepRecord, median
+from profcallbacks.detect.loaders import LoaderInfo, stall_advice
 from profcallbacks.findings import Finding
-from profcallbacks.loaders import LoaderInfo, stall_advice
-from profcallbacks.timing import StepRecord, median
 
 
 def _check(name: str, value: object, low: float, high: float | None, integer: bool, fix: str) -> None:

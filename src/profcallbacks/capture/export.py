@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.postprocess import CaptureInfo, postprocess
+from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.layout import STAGING_DIR, trace_file_name
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = ".profcallbacks-staging"
 _READY = ".ready"
 
 
@@ -26,11 +26,6 @@ _READY = ".ready"
 class _Job:
     profiler: Any  # a stopped torch.profiler.profile
     info: CaptureInfo
-
-
-def trace_file_name(info: CaptureInfo) -> str:
-    """``<worker>.<first step>.pt.trace.json.gz``: the plugin's worker and span, equal on all ranks."""
-    return f"{info.rank.worker}.{info.first_step}.pt.trace.json.gz"
 
 
 class TraceExporter:
@@ -118,10 +113,10 @@ class TraceExporter:
             raw.unlink(missing_ok=True)
         job.profiler = None  # free the profiler's buffers before writing
         trace = postprocess(trace, info)
-        writing = stage / f".{trace_file_name(info)}.writing"
+        writing = stage / f".{trace_file_name(info.rank.worker, info.first_step)}.writing"
         with gzip.open(writing, "wt", encoding="utf-8", compresslevel=6) as f:
             json.dump(trace, f, separators=(",", ":"))
-        os.replace(writing, stage / (trace_file_name(info) + _READY))
+        os.replace(writing, stage / (trace_file_name(info.rank.worker, info.first_step) + _READY))
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
 

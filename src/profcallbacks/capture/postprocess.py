@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from profcallbacks.ranks import RankInfo
+from profcallbacks.core.ranks import RankInfo
 
 DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 

@@ -7,7 +7,7 @@ import logging
 
 import torch
 
-from profcallbacks.planner import CaptureRequest
+from profcallbacks.capture.planner import CaptureRequest
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from profcallbacks.layout import CAPTURE_FILE
 
-CAPTURE_FILE = "CAPTURE"
+log = logging.getLogger(__name__)
 
 
 class CaptureFileTrigger:

@@ -30,11 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.findings import Finding
-from profcallbacks.timing import StepRecord, median
 
 if TYPE_CHECKING:
-    from profcallbacks.detectors.straggler import StragglerConfig
+    from profcallbacks.detect.straggler import StragglerConfig
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class SlowdownConfig:
         if self.rebaseline_after_steps is not None:
             _check_int("rebaseline_after_steps", self.rebaseline_after_steps, 1, "200")
         if self.straggler is not None:
-            from profcallbacks.detectors.straggler import StragglerConfig
+            from profcallbacks.detect.straggler import StragglerConfig
 
             if not isinstance(self.straggler, StragglerConfig):
                 raise TypeError(f"SlowdownConfig(straggler={self.straggler!r}): expected "

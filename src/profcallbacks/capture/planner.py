@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from profcallbacks.schedule import Phase, Schedule
+from profcallbacks.capture.schedule import Phase, Schedule
+from profcallbacks.layout import capture_dir_name
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +28,9 @@ class Window:
     def last_step(self) -> int:
         return self.first_active + self.active - 1
 
-    @property
-    def name(self) -> str:
+    def dir_name(self, *, partial: bool = False) -> str:
         """Directory name: first captured step and trigger, e.g. ``step000120-schedule``."""
-        return f"step{self.first_active:06d}-{self.trigger}"
+        return capture_dir_name(self.first_active, self.trigger, partial=partial)
 
     def phase(self, step: int) -> Phase:
         if self.first_step <= step < self.first_active:

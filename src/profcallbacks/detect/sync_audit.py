@@ -7,8 +7,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
 from profcallbacks.findings import Finding
-from profcallbacks.syncspy import LIBRARIES, SyncSite, SyncSpy
 
 log = logging.getLogger(__name__)
 

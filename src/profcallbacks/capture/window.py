@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch.profiler import profile
 
-from profcallbacks.options import TraceOptions
-from profcallbacks.planner import Window
-from profcallbacks.postprocess import StepSpan
+from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.planner import Window
+from profcallbacks.capture.postprocess import StepSpan
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from profcallbacks.core.timing import StepRecord
 from profcallbacks.findings import Finding
-from profcallbacks.timing import StepRecord
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.timing import IntervalSummary
 from profcallbacks.findings import Finding
-from profcallbacks.timing import IntervalSummary
 
 log = logging.getLogger(__name__)
 

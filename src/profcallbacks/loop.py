@@ -9,16 +9,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.detectors import default_detectors
-from profcallbacks.detectors.slowdown import SlowdownConfig
-from profcallbacks.detectors.stall import StallConfig
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.session import ProfilingSession
+from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.slowdown import SlowdownConfig
+from profcallbacks.detect.stall import StallConfig
+from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
-from profcallbacks.options import TraceOptions
-from profcallbacks.ranks import RankInfo
-from profcallbacks.schedule import Schedule
-from profcallbacks.session import ProfilingSession
-from profcallbacks.syncpoints import SyncAuditConfig
 
 T = TypeVar("T")
 

@@ -7,43 +7,25 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
 
-from profcallbacks.capture import wall_ns
-from profcallbacks.captures import CaptureController
+from profcallbacks.capture.controller import CaptureController
+from profcallbacks.capture.planner import check_capture_steps
+from profcallbacks.capture.window import wall_ns
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.detectors import default_auditor
-from profcallbacks.device_timing import DeviceStepTimer
+from profcallbacks.core.device_timing import DeviceStepTimer
+from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
+from profcallbacks.core.timing import StepRecord, StepTimes
+from profcallbacks.detect.base import Detector, StepAuditor
+from profcallbacks.detect.defaults import default_auditor
+from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.loaders import describe_loader
-from profcallbacks.planner import check_capture_steps
-from profcallbacks.ranks import RankInfo
-from profcallbacks.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
-from profcallbacks.timing import StepRecord, StepTimes
+from profcallbacks.layout import META_DIR, findings_file, steps_file
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-META_DIR = "profcallbacks"
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
-
-
-class Detector(Protocol):
-    """Looks at each finished step and returns what it concludes (usually nothing)."""
-
-    def observe(self, record: StepRecord) -> Iterable[Finding]: ...
-
-
-class StepAuditor(Protocol):
-    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps."""
-
-    next_step: int | None  # audit this step (or the first one after it outside a capture)
-
-    def begin_step(self, step: int) -> None: ...
-
-    def end_step(self, step: int) -> Iterable[Finding]: ...
-
-    def cancel(self) -> None: ...
 
 
 class ProfilingSession:
@@ -133,9 +115,9 @@ class ProfilingSession:
 
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
-        meta = _prepare_logdir(self.logdir)
+        _prepare_logdir(self.logdir)
         rank = self.rank.rank
-        self._router.add_handler(FindingsFile(meta / f"rank{rank}.findings.jsonl"))
+        self._router.add_handler(FindingsFile(findings_file(self.logdir, rank)))
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
             self._tensorboard.start()  # import and create now, not inside a timed step
@@ -143,7 +125,7 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(meta / f"rank{rank}.steps.jsonl"))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
         self._captures.open()
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         self._opened = True

@@ -7,15 +7,15 @@ import os
 import threading
 from pathlib import Path
 
-from profcallbacks.agreement import TriggerAgreement
-from profcallbacks.capture import TraceCapture, wall_ns
+from profcallbacks.capture.agreement import TriggerAgreement
+from profcallbacks.capture.export import TraceExporter
+from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
+from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.schedule import Phase
+from profcallbacks.capture.triggers import CaptureFileTrigger
+from profcallbacks.capture.window import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.export import TraceExporter
-from profcallbacks.planner import CapturePlanner, CaptureRequest, Window
-from profcallbacks.postprocess import CaptureInfo
-from profcallbacks.ranks import RankInfo
-from profcallbacks.schedule import Phase
-from profcallbacks.triggers import CaptureFileTrigger
+from profcallbacks.core.ranks import RankInfo
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class CaptureController:
         if profiler is None or not capture.spans or self._exporter is None:
             return
         window = capture.window
-        info = CaptureInfo(name=window.name + ("-partial" if partial else ""),
+        info = CaptureInfo(name=window.dir_name(partial=partial),
                            trigger=window.trigger, first_step=window.first_active,
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
                            tid=self._tid, rank=self._rank, backend=_backend())

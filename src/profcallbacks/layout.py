@@ -1,0 +1,74 @@
+"""Every name profcallbacks puts on disk, and the parsers that read them back.
+
+Writers (the session, the exporter, the CAPTURE-file trigger) and readers (``profcallbacks
+report``) share this one module, so the two cannot drift apart::
+
+    <logdir>/
+      step000120-schedule/                      capture_dir_name(120, "schedule")
+        rank0_myhost.120.pt.trace.json.gz       trace_file_name("rank0_myhost", 120)
+      step000300-manual-partial/                capture_dir_name(300, "manual", partial=True)
+      profcallbacks/                            META_DIR
+        rank0.steps.jsonl                       steps_file(logdir, 0)
+        rank0.findings.jsonl                    findings_file(logdir, 0)
+      .profcallbacks-staging/                   STAGING_DIR: exports in progress
+      CAPTURE                                   CAPTURE_FILE: drop it to ask for a capture
+
+Example:
+    >>> capture_dir_name(120, "schedule")
+    'step000120-schedule'
+    >>> parse_capture_dir("step000300-manual-partial")
+    (300, 'manual', True)
+    >>> trace_file_name("rank0_myhost", 120)
+    'rank0_myhost.120.pt.trace.json.gz'
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+META_DIR = "profcallbacks"
+"""Per-rank steps and findings files live in ``<logdir>/profcallbacks/``."""
+STAGING_DIR = ".profcallbacks-staging"
+"""Captures being exported; a name the TensorBoard plugin ignores."""
+CAPTURE_FILE = "CAPTURE"
+"""A file of this name in the log directory asks a running job for a capture."""
+
+CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?$")
+TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
+"""The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
+RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
+
+
+def capture_dir_name(first_step: int, trigger: str, *, partial: bool = False) -> str:
+    """``step000120-schedule``: the first captured step and what triggered the capture."""
+    return f"step{first_step:06d}-{trigger}" + ("-partial" if partial else "")
+
+
+def parse_capture_dir(name: str) -> tuple[int, str, bool] | None:
+    """``(first_step, trigger, partial)`` of a capture directory name, else ``None``."""
+    match = CAPTURE_DIR.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2).lower(), bool(match.group(3))
+
+
+def trace_file_name(worker: str, first_step: int) -> str:
+    """``<worker>.<first step>.pt.trace.json.gz``: the plugin's worker and span, equal on all ranks."""
+    return f"{worker}.{first_step}.pt.trace.json.gz"
+
+
+def steps_file(logdir: Path, rank: int) -> Path:
+    """Step-time summaries of one rank, one JSON object per line."""
+    return logdir / META_DIR / f"rank{rank}.steps.jsonl"
+
+
+def findings_file(logdir: Path, rank: int) -> Path:
+    """Findings of one rank, one JSON object per line."""
+    return logdir / META_DIR / f"rank{rank}.findings.jsonl"
+
+
+def parse_rank_file(name: str) -> tuple[int, str] | None:
+    """``(rank, "steps" | "findings")`` of a per-rank file name, else ``None``."""
+    match = RANK_FILE.match(name)
+    return (int(match.group(1)), match.group(2)) if match else None

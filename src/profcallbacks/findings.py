@@ -12,6 +12,21 @@ from typing import Any, Literal
 log = logging.getLogger("profcallbacks")
 
 Severity = Literal["info", "warning", "error"]
+
+# Every kind of finding, in one place (readers match on these; the strings are the on-disk contract).
+DATALOADER_STALL = "dataloader_stall"
+DATALOADER_STALL_CLEARED = "dataloader_stall_cleared"
+DATALOADER_WAIT = "dataloader_wait"
+SYNC_POINT = "sync_point"
+STEP_SLOWDOWN = "step_slowdown"
+STEP_SPEED_RECOVERED = "step_speed_recovered"
+STEP_BASELINE_RESET = "step_baseline_reset"
+STRAGGLER = "straggler"
+CAPTURE_VERDICT = "capture_verdict"
+SLOWDOWN_DIAGNOSIS = "slowdown_diagnosis"
+MEMORY_CREEP = "memory_creep"
+MEMORY_SITES = "memory_sites"
+OUT_OF_MEMORY = "out_of_memory"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -26,6 +41,8 @@ class Finding:
         severity: ``"info"``, ``"warning"`` or ``"error"``.
         message: One human sentence, with advice where there is some.
         details: Numbers and names behind the message (JSON-serialisable).
+        capture: Trigger name of a capture the detector asks for with this finding (e.g.
+            ``"slowdown"``), or ``None``. Not part of the finding's data (``to_dict``).
 
     Example:
         >>> f = Finding("step_slowdown", step=120, rank=0, severity="warning", message="slow")
@@ -39,9 +56,12 @@ class Finding:
     severity: Severity
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+    capture: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["capture"]
+        return data
 
 
 FindingHandler = Callable[[Finding], None]

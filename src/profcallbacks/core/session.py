@@ -299,9 +299,8 @@ class ProfilingSession:
 
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)
-        if (finding.kind == "step_slowdown" and self.config.capture_on_slowdown
-                and finding.details.get("capture", True)):  # False: the detector's cooldown
-            self.request_capture(trigger="slowdown")
+        if finding.capture is not None:  # the detector asks for a capture with this finding
+            self.request_capture(trigger=finding.capture)
 
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""

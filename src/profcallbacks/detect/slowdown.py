@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from profcallbacks.core.timing import StepRecord, median
-from profcallbacks.findings import Finding
+from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 
 if TYPE_CHECKING:
     from profcallbacks.detect.straggler import StragglerConfig
@@ -258,7 +258,7 @@ class SlowdownDetector:
             self._last_capture = step
         obs_ratio = observed / self.baseline_s
         return Finding(
-            "step_slowdown", step=step, rank=self.rank, severity="warning",
+            STEP_SLOWDOWN, step=step, rank=self.rank, severity="warning",
             message=(f"steps are {obs_ratio:.2f}x slower since step {first}: "
                      f"{observed * 1e3:.1f} ms against a baseline of {self.baseline_s * 1e3:.1f} ms"
                      + ("; capturing the slow steps" if capture else
@@ -267,7 +267,8 @@ class SlowdownDetector:
             details={"first_slow_step": first, "baseline_step_time_s": self.baseline_s,
                      "observed_step_time_s": observed, "ratio": round(obs_ratio, 4),
                      "window_ratio": round(ratio, 4), "threshold": self._threshold,
-                     "capture": capture})
+                     "capture": capture},
+            capture="slowdown" if capture else None)
 
     def _onset(self) -> int:
         """The most likely first slow step among recent steps (CUSUM change point)."""
@@ -286,7 +287,7 @@ class SlowdownDetector:
         ratio = self._sum / (self._window * self.baseline_s)
         self.slow, self._run = False, 0
         return Finding(
-            "step_speed_recovered", step=step, rank=self.rank, severity="info",
+            STEP_SPEED_RECOVERED, step=step, rank=self.rank, severity="info",
             message=(f"step time is back to {ratio:.2f}x the baseline of "
                      f"{self.baseline_s * 1e3:.1f} ms (slow since step {self._alert_step})"),
             details={"baseline_step_time_s": self.baseline_s, "window_ratio": round(ratio, 4),
@@ -300,7 +301,7 @@ class SlowdownDetector:
         self._block = []
         self._set_baseline(new)
         return Finding(
-            "step_baseline_reset", step=step, rank=self.rank, severity="info",
+            STEP_BASELINE_RESET, step=step, rank=self.rank, severity="info",
             message=(f"steps have been slow since step {self._alert_step}; {new * 1e3:.1f} ms is "
                      f"the new baseline (was {old * 1e3:.1f} ms), only further slowdowns alert"),
             details={"old_baseline_step_time_s": old, "baseline_step_time_s": new,

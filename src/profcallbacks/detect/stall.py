@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.loaders import LoaderInfo, stall_advice
-from profcallbacks.findings import Finding
+from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 
 
 def _check(name: str, value: object, low: float, high: float | None, integer: bool, fix: str) -> None:
@@ -190,7 +190,7 @@ class StallDetector:
                    f"of {step_ms:.1f} ms per step) over steps {episode.first_step}-"
                    f"{episode.last_step}; a loader that keeps up would make steps up to "
                    f"{1 / max(1 - share, 1e-3):.2f}x faster. Try: {'; '.join(advice)}.")
-        return Finding("dataloader_stall", episode.last_step, self.rank, "warning", message, {
+        return Finding(DATALOADER_STALL, episode.last_step, self.rank, "warning", message, {
             "share": round(share, 4), "share_mean": round(episode.wait_s / episode.time_s, 4),
             "data_wait_ms_per_step": round(wait_ms, 3), "step_time_ms": round(step_ms, 3),
             "first_step": episode.first_step, "last_step": episode.last_step,
@@ -202,7 +202,7 @@ class StallDetector:
         message = (f"dataloader stall cleared: data wait is {share:.0%} of step time again; the "
                    f"stall covered steps {episode.first_step}-{episode.last_step} "
                    f"({mean:.0%} of their time waiting for data).")
-        return Finding("dataloader_stall_cleared", episode.last_step, self.rank, "info", message, {
+        return Finding(DATALOADER_STALL_CLEARED, episode.last_step, self.rank, "info", message, {
             "share": round(share, 4), "episode_share": round(mean, 4),
             "first_step": episode.first_step, "last_step": episode.last_step,
             "steps": episode.steps,
@@ -230,4 +230,4 @@ class StallDetector:
         details = {"pattern": pattern, "data_wait_ms": round(record.data_wait_s * 1e3, 3),
                    "step_time_ms": round(record.step_time_s * 1e3, 3), "advice": advice,
                    "median_step_time_ms": None if reference is None else round(reference * 1e3, 3)}
-        return [Finding("dataloader_wait", record.step, self.rank, "info", message, details)]
+        return [Finding(DATALOADER_WAIT, record.step, self.rank, "info", message, details)]

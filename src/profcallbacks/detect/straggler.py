@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.findings import Finding
+from profcallbacks.findings import STRAGGLER, Finding
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class StragglerDetector:
                  f"it waits {wait_s * 1e3:.1f} ms per step for data against "
                  f"{ref_wait_s * 1e3:.1f} ms on the other ranks: its loader holds every rank back")
         return Finding(
-            "straggler", step=step, rank=self.rank, severity="warning",
+            STRAGGLER, step=step, rank=self.rank, severity="warning",
             message=f"rank {slow_rank} is a straggler in {self._streak[slow_rank]} checks in a "
                     f"row: {cause}",
             details={"slow_rank": slow_rank, "step_time_s": median_s,

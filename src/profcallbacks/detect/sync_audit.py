@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
-from profcallbacks.findings import Finding
+from profcallbacks.findings import SYNC_POINT, Finding
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class SyncAuditor:
                        "on_device": site.on_device}
             if site.library_sites:
                 details["library_sites"] = dict(site.library_sites)
-            found.append(Finding("sync_point", step, self.rank, "warning" if warn else "info",
+            found.append(Finding(SYNC_POINT, step, self.rank, "warning" if warn else "info",
                                  message, details))
         log.info("profcallbacks: sync audit of steps %s found %d call sites.", self._audited,
                  len(found))
@@ -166,4 +166,4 @@ class SyncAuditor:
 
 def audit_findings_of(findings: Iterable[Finding]) -> list[Finding]:
     """The ``sync_point`` findings among ``findings`` that point into the user's own code."""
-    return [f for f in findings if f.kind == "sync_point" and not f.details.get("library")]
+    return [f for f in findings if f.kind == SYNC_POINT and not f.details.get("library")]

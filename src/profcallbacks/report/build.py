@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks._version import __version__
+from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, STRAGGLER, SYNC_POINT
 from profcallbacks.report.logdir import RunFiles, find_runs
 from profcallbacks.report.reading import ReadError, read_jsonl
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
@@ -16,14 +17,14 @@ FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
 
 ADVICE = {
-    "dataloader_stall": "Feed the training loop faster: raise DataLoader num_workers, set "
+    DATALOADER_STALL: "Feed the training loop faster: raise DataLoader num_workers, set "
                         "pin_memory=True and persistent_workers=True, raise prefetch_factor, or "
                         "move slow decoding and augmentation out of __getitem__/collate.",
-    "sync_point": "Keep values on the device inside the step: log .item()/.cpu()/.tolist() every N "
+    SYNC_POINT: "Keep values on the device inside the step: log .item()/.cpu()/.tolist() every N "
                   "steps, replace nonzero/boolean-mask indexing with torch.where or masked ops.",
-    "step_slowdown": "Open the slowdown capture in TensorBoard or Perfetto and compare its top "
+    STEP_SLOWDOWN: "Open the slowdown capture in TensorBoard or Perfetto and compare its top "
                      "operators and data wait with an earlier capture of normal steps.",
-    "straggler": "Look at the slow rank's host (other jobs, throttling, slower disk or network) "
+    STRAGGLER: "Look at the slow rank's host (other jobs, throttling, slower disk or network) "
                  "and at its data shard; every other rank waits for it at each all-reduce.",
 }
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, STRAGGLER
+
 WIDTH, HEIGHT = 900, 300
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 40
 RANK_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
-FINDING_COLOURS = {"dataloader_stall": "#ff7f0e", "step_slowdown": "#d62728", "straggler": "#e377c2"}
+FINDING_COLOURS = {DATALOADER_STALL: "#ff7f0e", STEP_SLOWDOWN: "#d62728", STRAGGLER: "#e377c2"}
 
 
 def _nice_max(value: float) -> float:

@@ -38,14 +38,14 @@ def test_unwritable_logdir_fails_at_enter_even_as_root(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"max_captures": 0}, "max_captures must be an int of at least 1, got 0"),
-    ({"log_every_n_steps": -5}, "log_every_n_steps must be an int of at least 1, got -5"),
+    ({"max_captures": 0}, r"max_captures=0\): max_captures must be an int between 1 and"),
+    ({"log_every_n_steps": -5}, r"log_every_n_steps=-5\): log_every_n_steps must be an int between 1"),
     ({"capture_file_poll_s": 0}, r"capture_file_poll_s=0\)"),
     ({"ranks": (-1,)}, r"ranks=\(-1,\)"),
-    ({"schedule": "10,1,3"}, "schedule='10,1,3': expected profcallbacks.Schedule"),
+    ({"schedule": "10,1,3"}, "schedule='10,1,3'\\): schedule must be a profcallbacks.Schedule"),
 ])
 def test_bad_options_rejected_at_construction(tmp_path, kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+    with pytest.raises(ValueError, match=match):
         StepProfiler(tmp_path, **kwargs)
 
 

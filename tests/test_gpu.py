@@ -49,12 +49,18 @@ def test_item_on_cuda_is_a_blocking_warning_at_its_line(tmp_path):
 
 
 def test_profiled_steps_add_no_sync(tmp_path):
-    """Under sync_debug_mode="error", any sync profcallbacks added between steps would raise."""
+    """Under sync_debug_mode="error", any sync profcallbacks added to the steps would raise.
+
+    The run has a capture window (steps 3-5) and a long stretch outside it, so both the profiled
+    steps and the plain ones are covered; the window is stopped and exported after the loop.
+    """
     torch.cuda.set_sync_debug_mode("error")
     try:
-        run(tmp_path, 12, sync=False, schedule=None, sync_audit=False)
+        prof = run(tmp_path, 12, sync=False, schedule=Schedule(skip_first=2, warmup=1, active=3),
+                   sync_audit=False)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    assert [p.name for p in prof.captures] == ["step000003-schedule"]
 
 
 def test_capture_holds_cuda_activity_and_the_users_sync(tmp_path):

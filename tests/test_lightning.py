@@ -162,6 +162,7 @@ def test_lightning_profiler_as_well_warns_and_never_crashes(tmp_path, caplog):
         trainer = fit(tmp_path, callback, max_steps=10, profiler=other)
         callback.capture(2)
     assert "Trainer(profiler=PyTorchProfiler) is set as well" in caplog.text
+    assert "capture() ignored: Trainer(profiler=PyTorchProfiler) owns torch.profiler" in caplog.text
     assert captured_steps(Path(trainer.log_dir)) == {} and trainer.global_step == 10
 
 

@@ -34,7 +34,7 @@ def test_invalid_values_name_parameter_and_value(kwargs, name):
 
 
 def test_non_int_rejected():
-    with pytest.raises(TypeError, match="active=2.5"):
+    with pytest.raises(ValueError, match=r"Schedule\(active=2.5\): active must be an int"):
         Schedule(active=2.5)
 
 

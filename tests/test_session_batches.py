@@ -1,20 +1,13 @@
 """ProfilingSession.batch_arrived()/batch_done(): data wait measured by the core from its clock."""
 
 from profcallbacks import ProfilerConfig, ProfilingSession
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from profcallbacks.testing import FakeClock, StepRecorder
 
 
 def test_data_wait_covers_every_micro_batch_and_restarts_after_resume(tmp_path):
-    clock = FakeClock()
+    clock, recorder = FakeClock(start=100.0), StepRecorder()
     session = ProfilingSession(ProfilerConfig(schedule=None, tensorboard_scalars=False), tmp_path,
-                               clock=clock)
+                               clock=clock, detectors=[recorder])
     session.open()
     for _ in range(3):  # one step of three micro-batches: 2 s wait, 1 s compute each
         clock.now += 2.0
@@ -30,7 +23,7 @@ def test_data_wait_covers_every_micro_batch_and_restarts_after_resume(tmp_path):
     clock.now += 1.0
     session.step_end()
     session.close()
-    first, second = session._times.recent
+    first, second = recorder.records
     assert (first.step_time_s, first.data_wait_s) == (9.0, 6.0)
     assert (second.step_time_s, second.data_wait_s) == (1.5, 0.5)
     assert second.after_pause

@@ -13,6 +13,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.slowdown import SlowdownDetector
+from profcallbacks.testing import FakeClock
 
 BASE_S = 0.010
 NOISES = {
@@ -75,9 +76,11 @@ def test_short_burst_and_slow_captured_or_post_pause_steps_never_alert():
 
 
 def test_warmup_steps_stay_out_of_the_baseline():
-    levels = [10.0] * 20 + [1.0] * 300
-    findings, det = feed(levels, spike_every=0)
-    assert findings == [] and det.baseline_s == pytest.approx(BASE_S, rel=0.03)
+    """20 warm-up steps at 10x: were they counted, the first 10-step block would set a 10x baseline."""
+    det = SlowdownDetector(SlowdownConfig(warmup_steps=20, baseline_steps=10, window=5))
+    for i in range(30):
+        det.observe(StepRecord(i, BASE_S * (10.0 if i < 20 else 1.0), 0.0))
+    assert det.baseline_s == pytest.approx(BASE_S)
 
 
 def test_gradual_drift_is_reported_once_past_the_threshold():
@@ -179,13 +182,6 @@ def test_config_errors_name_the_parameter_and_the_fix(kwargs, match):
     assert "Use e.g." in str(info.value)
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
 
 def test_session_on_a_fake_clock_alerts_logs_and_calls_on_finding(tmp_path, caplog):
     clock, seen = FakeClock(), []
@@ -264,8 +260,8 @@ class SlowingDataset:
 @pytest.mark.parametrize("front_end", ["plain", "lightning", "hf"])
 def test_same_slowdown_alert_and_capture_through_every_front_end(tmp_path, front_end):
     """The contract scenario (20 ms steps) gets ~2.3x slower at step 50 through its loader."""
+    from front_ends import FRONT_ENDS
     from profcallbacks import Schedule
-    from test_contract import FRONT_ENDS
 
     options = dict(schedule=Schedule(skip_first=1000), tensorboard_scalars=False, stall=None,
                    watch_capture_file=False, sync_audit=False, capture_steps=2,

@@ -12,14 +12,7 @@ from profcallbacks.core.timing import StepRecord
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.stall import StallDetector
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
+from profcallbacks.testing import FakeClock
 
 
 def scripted_session(tmp_path, waits, compute_s=0.010, pause_at=(), loader=None, stall=StallConfig()):
@@ -27,7 +20,7 @@ def scripted_session(tmp_path, waits, compute_s=0.010, pause_at=(), loader=None,
     clock = FakeClock()
     config = ProfilerConfig(schedule=None, tensorboard_scalars=False, watch_capture_file=False,
                             slowdown=None, sync_audit=False, stall=stall)
-    rank = RankInfo(0, 1, 0, 1)
+    rank = RankInfo(rank=0, local_rank=0, world_size=1, host="test-host")
     session = ProfilingSession(config, tmp_path, rank=rank, clock=clock,
                                detectors=default_detectors(config, rank))
     session.open()

@@ -8,6 +8,7 @@ import torch
 
 from helpers import capture_dirs, captured_steps, load_trace, tiny_model, trace_files, train_step
 from profcallbacks import Schedule, StepProfiler, TraceOptions
+from profcallbacks.testing import StepRecorder
 
 
 def run_loop(logdir, steps, schedule, on_step=None, **kwargs):
@@ -112,7 +113,7 @@ def test_nothing_installed_outside_windows(tmp_path):
         for _ in range(6):
             train_step(model, opt)
             prof.step()
-            assert (prof.session._captures.active is None) == (prof.session.step not in (2, 3))
+            assert prof.session.capture_open == (prof.session.step in (2, 3))
             assert torch.autograd.profiler._is_profiler_enabled == (prof.session.step == 3)
 
 
@@ -140,6 +141,8 @@ def test_tensorboard_scalars(tmp_path):
 
 def test_pause_excludes_work_between_steps(tmp_path):
     prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False)
+    recorder = StepRecorder()
+    prof.session.add_detector(recorder)
     with prof:
         for i in range(4):
             time.sleep(0.002)
@@ -148,9 +151,9 @@ def test_pause_excludes_work_between_steps(tmp_path):
                 prof.pause()
                 time.sleep(0.2)
                 prof.resume()
-    times = [r.step_time_s for r in prof.session._times.recent]
+    times = [r.step_time_s for r in recorder.records]
     assert max(times) < 0.1
-    assert [r.after_pause for r in prof.session._times.recent] == [True, False, True, False]
+    assert [r.after_pause for r in recorder.records] == [True, False, True, False]
 
 
 def test_trace_options_pass_through(tmp_path):

@@ -65,7 +65,7 @@ def test_other_ranks_return_no_findings_and_no_group_disables_quietly():
 def test_config_errors_name_the_parameter(kwargs, match):
     with pytest.raises(ValueError, match=match):
         StragglerConfig(**kwargs)
-    with pytest.raises(TypeError, match="StragglerConfig"):
+    with pytest.raises(ValueError, match="StragglerConfig"):
         SlowdownConfig(straggler=5)  # type: ignore[arg-type]
 
 
@@ -124,3 +124,18 @@ def test_two_process_gloo_run_flags_the_slow_rank(tmp_path):
         (f,) = found
         assert f["details"]["slow_rank"] == 1 and f["step"] == 39 and cause in f["message"]
         assert [f for f in read_findings(tmp_path / case, 1) if f["kind"] == "straggler"] == []
+
+
+@pytest.mark.parametrize("slow_factor, expected", [(1.12, []), (1.20, [2])])
+def test_live_check_and_report_apply_one_rule(slow_factor, expected):
+    """A rank 12% slower is a straggler for neither; 20% slower, for both (once 1.10 vs 1.15)."""
+    from profcallbacks.report.stats import rank_comparison
+
+    medians_s = [0.100, 0.100, 0.100 * slow_factor]
+    per_rank = [{"rank": r, "mean_ms": m * 1e3, "median_ms": m * 1e3, "data_wait_ms": 0.0,
+                 "data_wait_share": 0.0} for r, m in enumerate(medians_s)]
+    in_report = [s["rank"] for s in rank_comparison(per_rank)["stragglers"]]
+    det = StragglerDetector(StragglerConfig(every_n_steps=2, consecutive=1, min_steps=1), rank=0,
+                            gather=lambda mine: [[m, 0.0, 2.0] for m in medians_s])
+    live = [f.details["slow_rank"] for i in range(2) for f in det.observe(StepRecord(i, 0.1, 0.0))]
+    assert in_report == live == expected

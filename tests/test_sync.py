@@ -106,10 +106,19 @@ def test_pause_keeps_work_between_steps_out_of_the_audit(tmp_path):
     assert user_sites(prof.findings) == EXPECTED
 
 
-def test_no_audit_no_findings_and_no_patches_left_behind(tmp_path):
+def test_no_audit_no_findings(tmp_path):
     prof = run(tmp_path, audit=False)
     assert [f for f in prof.findings if f.kind == "sync_point"] == []
-    assert "tolist" not in torch.Tensor.__dict__ and "item" not in torch.Tensor.__dict__
+
+
+def test_audit_leaves_no_patch_behind(tmp_path):
+    methods = ("tolist", "numpy", "cpu")
+    before = {name: torch.Tensor.__dict__.get(name) for name in methods}
+    resolved = {name: getattr(torch.Tensor, name) for name in methods}
+    prof = run(tmp_path, audit=SyncAuditConfig(at_step=1, steps=2))
+    assert audit_findings_of(prof.findings)  # the audit did run (and patched)
+    assert {name: torch.Tensor.__dict__.get(name) for name in methods} == before
+    assert {name: getattr(torch.Tensor, name) for name in methods} == resolved
 
 
 def test_profcallbacks_itself_adds_no_sync_point(tmp_path):

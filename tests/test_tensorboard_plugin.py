@@ -1,8 +1,11 @@
 """The example's captures, as the real TensorBoard PyTorch profiler plugin serves them."""
 
+import gzip
+import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,16 +47,31 @@ def test_plugin_lists_each_capture_with_its_rank_steps_and_dataloader_time(examp
             assert loader_share > 5.0  # percent of step time: the slow loader is visible
 
 
-def test_capture_dirs_appear_whole(example_logdir):
-    for d in capture_dirs(example_logdir):
-        assert [p.suffixes[-2:] for p in d.iterdir()] == [[".json", ".gz"]]
-    assert not (example_logdir / ".profcallbacks-staging").exists()  # removed once empty
+def test_capture_dirs_appear_whole(tmp_path):
+    """Watched while the job runs: a capture directory is never seen without its whole trace."""
+    logdir = tmp_path / "demo"
+    job = subprocess.Popen([sys.executable, str(EXAMPLE), "--logdir", str(logdir), "--steps", "90",
+                            "--delay-ms", "1.0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first_seen: dict[str, list[str]] = {}
+    while job.poll() is None:
+        for d in capture_dirs(logdir) if logdir.is_dir() else []:
+            if d.name not in first_seen:
+                first_seen[d.name] = sorted(p.name for p in d.iterdir())
+                for path in d.iterdir():  # complete at first sight: the gzip stream ends, JSON parses
+                    with gzip.open(path, "rt") as f:
+                        assert "traceEvents" in json.load(f)
+        time.sleep(0.002)
+    assert job.returncode == 0, job.stderr.read() if job.stderr else ""
+    assert len(first_seen) == 3, first_seen  # two scheduled captures and one manual
+    for name, files in first_seen.items():
+        assert len(files) == 1 and files[0].endswith(".pt.trace.json.gz"), (name, files)
+    assert not (logdir / ".profcallbacks-staging").exists()  # removed once empty
 
 
 def test_plugin_lists_captures_of_every_front_end(tmp_path):
     """The plain loop, the Lightning Trainer and the HF Trainer, viewed by one TensorBoard."""
+    from front_ends import FRONT_ENDS, OPTIONS, SleepyDataset
     from profcallbacks import Schedule
-    from test_contract import FRONT_ENDS, OPTIONS, SleepyDataset
 
     options = {**OPTIONS, "schedule": Schedule(skip_first=2, warmup=1, active=3), "sync_audit": False}
     for name, run in FRONT_ENDS.items():

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
 from profcallbacks.capture.schedule import Schedule
+from profcallbacks.core.checks import check_bool, check_int, check_number, check_type, fail
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 
-
-def _positive(owner: str, name: str, value: float, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{owner}({name}={value!r}): {name} must be a positive number. {fix}")
+MAX_CAPTURES = 10_000
+"""Most capture windows one run may take (each is a trace on disk)."""
+MAX_LOG_EVERY_N_STEPS = 100_000
+"""Most steps per step-time summary: the summary's steps are buffered until then."""
 
 
 @dataclass(frozen=True)
@@ -61,29 +64,35 @@ class ProfilerConfig:
     capture_validation: bool = False
 
     def __post_init__(self) -> None:
-        if self.schedule is not None and not isinstance(self.schedule, Schedule):
-            raise TypeError(f"schedule={self.schedule!r}: expected profcallbacks.Schedule(...) "
-                            "or None for on-demand captures only.")
-        if not isinstance(self.sync_audit, (bool, SyncAuditConfig)):
-            raise TypeError(f"sync_audit={self.sync_audit!r}: expected True, False or "
-                            "profcallbacks.SyncAuditConfig(...).")
-        if not isinstance(self.trace, TraceOptions):
-            raise TypeError(f"trace={self.trace!r}: expected profcallbacks.TraceOptions(...).")
-        for name, fix in (("max_captures", "Use e.g. max_captures=10."),
-                          ("capture_steps", "Use e.g. capture_steps=3."),
-                          ("log_every_n_steps", "Use e.g. log_every_n_steps=50.")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int of at least 1, got {value!r}. {fix}")
-        _positive("ProfilerConfig", "capture_file_poll_s", self.capture_file_poll_s,
-                  "Use e.g. capture_file_poll_s=1.0.")
+        owner = "ProfilerConfig"
+        check_type(owner, "schedule", self.schedule, (Schedule, type(None)),
+                   "a profcallbacks.Schedule or None (on-demand captures only)", "Schedule(active=3)")
+        check_type(owner, "trace", self.trace, TraceOptions, "a profcallbacks.TraceOptions",
+                   "TraceOptions(with_stack=True)")
+        check_type(owner, "sync_audit", self.sync_audit, (bool, SyncAuditConfig),
+                   "True, False or a profcallbacks.SyncAuditConfig", "SyncAuditConfig(at_step=20)")
+        check_type(owner, "stall", self.stall, (StallConfig, type(None)),
+                   "a profcallbacks.StallConfig or None (off)", "StallConfig()")
+        check_type(owner, "slowdown", self.slowdown, (SlowdownConfig, type(None)),
+                   "a profcallbacks.SlowdownConfig or None (off)", "SlowdownConfig()")
+        check_int(owner, "max_captures", self.max_captures, minimum=1, maximum=MAX_CAPTURES,
+                  example=10)
+        check_int(owner, "capture_steps", self.capture_steps, minimum=1, maximum=MAX_CAPTURE_STEPS,
+                  example=3)
+        check_int(owner, "log_every_n_steps", self.log_every_n_steps, minimum=1,
+                  maximum=MAX_LOG_EVERY_N_STEPS, example=50)
+        check_number(owner, "capture_file_poll_s", self.capture_file_poll_s, above=0.0,
+                     maximum=3600.0, example=1.0)
+        for name in ("watch_capture_file", "tensorboard_scalars", "capture_on_slowdown",
+                     "capture_validation"):
+            check_bool(owner, name, getattr(self, name))
         if self.ranks is not None:
-            ranks = tuple(self.ranks)
-            if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0
-                                for r in ranks):
-                raise ValueError(f"ranks={self.ranks!r}: expected non-negative global ranks, "
-                                 "e.g. ranks=(0,), or None for every rank.")
-            object.__setattr__(self, "ranks", ranks)
+            ranks = self.ranks
+            if (not isinstance(ranks, (tuple, list)) or not ranks
+                    or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks)):
+                raise fail(owner, "ranks", ranks, "a non-empty tuple of global ranks (ints >= 0), "
+                           "or None for every rank", fix="Use e.g. ranks=(0,).")
+            object.__setattr__(self, "ranks", tuple(ranks))
 
     @classmethod
     def from_arguments(cls, arguments: dict[str, Any]) -> ProfilerConfig:
@@ -91,7 +100,17 @@ class ProfilerConfig:
 
         Every front end spells out the same options in its signature (IDEs, LightningCLI and
         ``help()`` see them); this keeps the hand-over to the one validated config in one place.
+        The front end's own ``logdir`` and ``on_finding`` are checked here too.
         """
+        logdir, on_finding = arguments.get("logdir"), arguments.get("on_finding")
+        owner = type(arguments["self"]).__name__ if "self" in arguments else "profiler"
+        if logdir is not None and (not isinstance(logdir, (str, os.PathLike))
+                                   or not str(os.fspath(logdir)).strip()):
+            raise fail(owner, "logdir", logdir, "a directory path (it is created if missing)",
+                       fix="Use e.g. logdir='runs/exp1'; '.' for the working directory.")
+        if on_finding is not None and not callable(on_finding):
+            raise fail(owner, "on_finding", on_finding, "a callable taking a Finding, or None",
+                       fix="Use e.g. on_finding=print.")
         return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
 
     def traces_rank(self, rank: int) -> bool:

@@ -67,7 +67,6 @@ class StepProfiler:
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
                                         detectors=default_detectors(config, rank))
-        self.loader: object | None = None
 
     def __enter__(self) -> StepProfiler:
         self.session.open()
@@ -79,7 +78,6 @@ class StepProfiler:
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
         """Yields from ``iterable``, timing how long each item took to arrive."""
-        self.loader = iterable
         self.session.set_loader(iterable)
         clock, session = time.perf_counter, self.session
         start = clock()

@@ -27,9 +27,16 @@ class TriggerAgreement:
     all ranks and choose the tracing ones with ``ranks=``.
 
     Example:
-        >>> agreement = TriggerAgreement(every=50)      # doctest: +SKIP
+        >>> import torch.distributed as dist
+        >>> store = f"file://{getfixture('tmp_path')}/store"
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> agreement = TriggerAgreement(every=50)
         >>> agreement.hold(CaptureRequest(active=5, trigger="file"))
         >>> agreement.exchange()  # at steps 0, 50, 100...: the request every rank agreed on
+        CaptureRequest(active=5, trigger='file')
+        >>> agreement.exchange() is None  # nobody asked since
+        True
+        >>> dist.destroy_process_group()
     """
 
     def __init__(self, every: int, *, timeout_s: float = 300.0) -> None:

@@ -52,7 +52,6 @@ class TraceExporter:
         self._waiting: set[str] = set()
         self._thread: threading.Thread | None = None
         self.exported: list[Path] = []
-        self.failures = 0
 
     def submit(self, profiler: Any, info: CaptureInfo) -> None:
         """Queue a stopped profiler for export; returns at once."""
@@ -92,7 +91,6 @@ class TraceExporter:
             try:
                 self._export(job)
             except Exception as exc:  # export faults never reach the training thread
-                self.failures += 1
                 log.warning("profcallbacks: could not export capture %s (%s: %s); training "
                             "continues and later captures are still tried.",
                             job.info.name, type(exc).__name__, exc)

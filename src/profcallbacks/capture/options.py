@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity
 
+from profcallbacks.core.checks import check_bool, fail
+
 _ACTIVITY_NAMES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 
 
@@ -36,16 +38,19 @@ class TraceOptions:
     with_modules: bool = True
 
     def __post_init__(self) -> None:
-        if self.activities is not None:
-            if isinstance(self.activities, str):
-                object.__setattr__(self, "activities", (self.activities,))
-            unknown = [a for a in self.activities if a not in _ACTIVITY_NAMES]
-            if unknown or not self.activities:
-                raise ValueError(
-                    f"TraceOptions(activities={self.activities!r}): expected a non-empty tuple of "
-                    f"{sorted(_ACTIVITY_NAMES)}, or None for CPU plus CUDA when available."
-                )
-            object.__setattr__(self, "activities", tuple(self.activities))
+        for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
+            check_bool("TraceOptions", name, getattr(self, name))
+        activities = self.activities
+        if activities is not None:
+            if isinstance(activities, str):
+                activities = (activities,)
+            if (not isinstance(activities, (tuple, list)) or not activities
+                    or any(a not in _ACTIVITY_NAMES for a in activities)
+                    or len(set(activities)) != len(activities)):
+                raise fail("TraceOptions", "activities", self.activities,
+                           f"a non-empty tuple of distinct names from {sorted(_ACTIVITY_NAMES)}, or "
+                           "None for CPU plus CUDA when available", fix="Use e.g. activities=('cpu',).")
+            object.__setattr__(self, "activities", tuple(activities))
 
     def profiler_activities(self) -> list[ProfilerActivity]:
         if self.activities is None:

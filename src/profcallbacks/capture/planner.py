@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from profcallbacks.capture.schedule import Phase, Schedule
+from profcallbacks.core.checks import check_int
 from profcallbacks.layout import capture_dir_name
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,17 @@ class Window:
         return Phase.IDLE
 
 
+MAX_CAPTURE_STEPS = 1000
+"""Most steps one capture window records: a trace of more steps is too large to open (a
+5-step window of a small transformer is ~7 MB of JSON), and the window's events stay in memory
+until it ends."""
+
+
 def check_capture_steps(steps: int | None) -> None:
     """Reject a bad ``capture(steps=...)`` at the call, whichever front end took it."""
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"capture(steps={steps!r}): steps must be an int of at least 1, or None "
-                         "for the configured capture_steps.")
+    if steps is not None:
+        check_int("capture", "steps", steps, minimum=1, maximum=MAX_CAPTURE_STEPS,
+                  fix="Use e.g. capture(steps=5), or capture() for the configured capture_steps.")
 
 
 @dataclass(frozen=True)

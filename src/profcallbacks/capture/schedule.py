@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from profcallbacks.core.checks import check_int
+
 
 class Phase(enum.Enum):
     """What the profiler does during one step."""
@@ -15,10 +17,7 @@ class Phase(enum.Enum):
 
 
 def _require(name: str, value: int, minimum: int, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"Schedule({name}={value!r}): {name} must be an int. {fix}")
-    if value < minimum:
-        raise ValueError(f"Schedule({name}={value!r}): {name} must be at least {minimum}. {fix}")
+    check_int("Schedule", name, value, minimum=minimum, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Schedule:
         _require("skip_first", self.skip_first, 0, "Use 0 to start capturing at the first step.")
         _require("wait", self.wait, 0, "Use 0 for no idle steps between captures.")
         _require("warmup", self.warmup, 0, "Use 1 (recommended) or 0 for no warmup.")
-        _require("active", self.active, 1, "A capture records at least 1 step; try active=3.")
+        _require("active", self.active, 1, "Use e.g. active=3 (a capture records at least 1 step).")
         _require("repeat", self.repeat, 0, "Use repeat=1 for one capture; repeat=0 means forever.")
 
     @property

@@ -21,21 +21,26 @@ MAX_INT = 10**9
 buffers of that size or loops that never end."""
 
 
-def _fail(owner: str, name: str, value: Any, must: str, example: Any) -> ValueError:
-    return ValueError(f"{owner}({name}={value!r}): {name} must be {must}. Use e.g. {name}={example!r}.")
+def fail(owner: str, name: str, value: Any, must: str, example: Any = None, *,
+         fix: str | None = None) -> ValueError:
+    """The error for a bad option: ``Owner(name=value): name must be ... Use e.g. name=example.``"""
+    hint = fix if fix is not None else f"Use e.g. {name}={example!r}."
+    return ValueError(f"{owner}({name}={value!r}): {name} must be {must}. {hint}")
 
 
 def check_int(owner: str, name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_INT,
-              example: Any) -> int:
+              example: Any = None, fix: str | None = None) -> int:
     """``value`` as an int in ``[minimum, maximum]``; ``bool`` is not an int here."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        bound = f"of at least {minimum}" if maximum == MAX_INT else f"between {minimum} and {maximum}"
-        raise _fail(owner, name, value, f"an int {bound}", example)
+        huge = isinstance(value, int) and value > maximum
+        bound = f"between {minimum} and {maximum}" if maximum != MAX_INT or huge else f"of at least {minimum}"
+        raise fail(owner, name, value, f"an int {bound}", example, fix=fix)
     return value
 
 
 def check_number(owner: str, name: str, value: Any, *, minimum: float | None = None,
-                 maximum: float | None = None, above: float | None = None, example: Any) -> float:
+                 maximum: float | None = None, above: float | None = None, example: Any = None,
+                 fix: str | None = None) -> float:
     """``value`` as a finite float with ``minimum <= value <= maximum`` and ``value > above``."""
     ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
           and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
@@ -44,12 +49,22 @@ def check_number(owner: str, name: str, value: Any, *, minimum: float | None = N
         bounds = [text for text, bound in ((f"at least {minimum}", minimum), (f"above {above}", above),
                                            (f"at most {maximum}", maximum)) if bound is not None]
         must = "a finite number" + (" " + " and ".join(bounds) if bounds else "")
-        raise _fail(owner, name, value, must, example)
+        raise fail(owner, name, value, must, example, fix=fix)
     return float(value)
+
+
+def check_type(owner: str, name: str, value: Any, expected: type | tuple[type, ...], what: str,
+               example: str) -> Any:
+    """``value`` is an instance of ``expected`` (``what`` says so in words, e.g. "a StallConfig")."""
+    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
+        raise fail(owner, name, value, what, fix=f"Use e.g. {name}={example}.")
+    if not isinstance(value, expected):
+        raise fail(owner, name, value, what, fix=f"Use e.g. {name}={example}.")
+    return value
 
 
 def check_bool(owner: str, name: str, value: Any) -> bool:
     """``value`` is ``True`` or ``False`` (not a string such as ``"false"``, which is truthy)."""
     if not isinstance(value, bool):
-        raise _fail(owner, name, value, "True or False", True)
+        raise fail(owner, name, value, "True or False", True)
     return value

@@ -7,6 +7,8 @@ import re
 import socket
 from dataclasses import dataclass
 
+from profcallbacks.core.checks import check_int, fail
+
 
 @dataclass(frozen=True)
 class RankInfo:
@@ -21,6 +23,14 @@ class RankInfo:
     local_rank: int = 0
     world_size: int = 1
     host: str = "localhost"
+
+    def __post_init__(self) -> None:
+        check_int("RankInfo", "world_size", self.world_size, minimum=1, example=8)
+        check_int("RankInfo", "rank", self.rank, minimum=0, maximum=self.world_size - 1,
+                  fix=f"Use a global rank below world_size={self.world_size}, e.g. rank=0.")
+        check_int("RankInfo", "local_rank", self.local_rank, minimum=0, example=0)
+        if not isinstance(self.host, str) or not self.host:
+            raise fail("RankInfo", "host", self.host, "a non-empty host name", "node-a")
 
     @property
     def worker(self) -> str:

@@ -38,8 +38,11 @@ class ProfilingSession:
     ``ProfilerStep#N`` range include fetching its batches.
 
     Example:
-        >>> session = ProfilingSession(ProfilerConfig(), Path("runs/exp1"))  # doctest: +SKIP
+        >>> config = ProfilerConfig(schedule=None, tensorboard_scalars=False)
+        >>> session = ProfilingSession(config, getfixture("tmp_path") / "exp1")
         >>> session.open(); session.data_wait(0.002); session.step_end(); session.close()
+        >>> session.step, session.findings
+        (1, [])
     """
 
     def __init__(self, config: ProfilerConfig, logdir: Path, *, rank: RankInfo | None = None,
@@ -101,13 +104,22 @@ class ProfilingSession:
         except Exception as exc:
             log.warning("profcallbacks: cannot read the loader's settings (%s).", exc)
             return
-        for detector in self._detectors:
+        for detector in list(self._detectors):
             receive = getattr(detector, "set_loader", None)
-            if receive is not None:
-                receive(info)
+            try:
+                if receive is not None:
+                    receive(info)
+            except Exception as exc:  # a detector never stops training
+                self._disable(detector, self.step, exc)
 
-    def add_finding_handler(self, handler: FindingHandler) -> None:
-        self._router.add_handler(handler)
+    def add_detector(self, detector: Detector) -> None:
+        """Run ``detector`` on every finished step from now on (your own, or a test's recorder)."""
+        self._detectors.append(detector)
+
+    @property
+    def capture_open(self) -> bool:
+        """A capture window is open: torch.profiler is running for the current step."""
+        return self._captures.active is not None
 
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
@@ -305,13 +317,18 @@ class ProfilingSession:
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""
         values: dict[str, float] = {}
-        sources = [*self._detectors, *([self._device_timer] if self._device_timer else [])]
-        for source in sources:
-            extra = getattr(source, "scalars", None)
+        for detector in list(self._detectors):
+            extra = getattr(detector, "scalars", None)
             try:
                 values.update(extra() if extra is not None else {})
+            except Exception as exc:  # warned once: the detector is off for the rest of the run
+                self._disable(detector, self.step, exc)
+        if self._device_timer is not None:
+            try:
+                values.update(self._device_timer.scalars())
             except Exception as exc:
-                log.warning("profcallbacks: scalars of %s failed (%s).", type(source).__name__, exc)
+                log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
+                self._device_timer = None
         return values
 
 
@@ -323,9 +340,10 @@ def _prepare_logdir(logdir: Path) -> Path:
     meta = logdir / META_DIR
     try:
         meta.mkdir(parents=True, exist_ok=True)
-        probe = meta / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        for where in (logdir, meta):  # captures and TensorBoard write to the root, the files to meta
+            probe = where / f".write-test-{os.getpid()}"
+            probe.write_text("ok")
+            probe.unlink()
     except OSError as exc:
         raise PermissionError(f"logdir={str(logdir)!r} is not writable ({exc.strerror}); pass a "
                               "directory this process can write to.") from exc

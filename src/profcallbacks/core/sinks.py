@@ -110,8 +110,13 @@ class SummaryPublisher:
     A sink that raises is dropped with one warning; training never notices.
 
     Example:
-        >>> publisher = SummaryPublisher("profcallbacks", rank=0, sinks=[print])  # doctest: +SKIP
+        >>> seen = []
+        >>> publisher = SummaryPublisher("profcallbacks", rank=0, tensorboard=None, steps_file=None,
+        ...                              sinks=[lambda values, step: seen.append((step, values))])
+        >>> summary = IntervalSummary(0, 49, 50, 10.0, 9.5, 30.0, 2.0)
         >>> publisher.publish(summary, extra={"slowdown_ratio": 1.0})
+        >>> seen[0][0], seen[0][1]["profcallbacks/step_time_ms"], seen[0][1]["profcallbacks/slowdown_ratio"]
+        (49, 10.0, 1.0)
     """
 
     def __init__(self, prefix: str, *, rank: int, sinks: list[MetricsSink],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -35,10 +34,6 @@ class StepRecord(NamedTuple):
     captured: bool = False
     after_pause: bool = False
 
-    @property
-    def data_share(self) -> float:
-        return self.data_wait_s / self.step_time_s if self.step_time_s > 0 else 0.0
-
 
 @dataclass(frozen=True)
 class IntervalSummary:
@@ -67,25 +62,21 @@ class IntervalSummary:
 
 
 class StepTimes:
-    """Keeps the last ``history`` steps and summarises them every ``interval`` steps.
+    """Summarises the steps every ``interval`` steps.
 
     Example:
-        >>> times = StepTimes(history=100, interval=2)
+        >>> times = StepTimes(interval=2)
         >>> times.add(StepRecord(0, 0.010, 0.002))
         >>> times.add(StepRecord(1, 0.030, 0.002)).steps
         2
     """
 
-    def __init__(self, *, history: int = 2048, interval: int = 50) -> None:
-        self.recent: deque[StepRecord] = deque(maxlen=history)
+    def __init__(self, *, interval: int = 50) -> None:
         self._interval = interval
         self._pending: list[StepRecord] = []
-        self.total_steps = 0
 
     def add(self, record: StepRecord) -> IntervalSummary | None:
         """Store ``record``; returns a summary when an interval is complete."""
-        self.recent.append(record)
-        self.total_steps += 1
         self._pending.append(record)
         if len(self._pending) < self._interval:
             return None

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from profcallbacks.core.checks import check_int, check_number, check_type, fail
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 
@@ -37,12 +38,6 @@ if TYPE_CHECKING:
     from profcallbacks.detect.straggler import StragglerConfig
 
 log = logging.getLogger(__name__)
-
-
-def _check_int(name: str, value: object, minimum: int, example: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"SlowdownConfig({name}={value!r}): {name} must be an int of at least "
-                         f"{minimum}. Use e.g. {name}={example}.")
 
 
 @dataclass(frozen=True)
@@ -59,7 +54,8 @@ class SlowdownConfig:
         baseline_steps: Steps per baseline block (the baseline is a block median).
         window: Recent steps whose capped mean is compared with the baseline.
         patience: Consecutive steps the comparison must hold before an alert (or a recovery).
-        spike_cap: Single steps count as at most ``spike_cap`` x baseline in the window mean.
+        spike_cap: Single steps count as at most ``spike_cap`` x baseline in the window mean
+            (``None``: ``threshold + 0.2``, 1.4 for the default threshold).
         rebaseline_after_steps: Steps an alerted episode must last before its level becomes the
             new baseline (``None``: never re-baseline).
         capture_cooldown_steps: Fewest steps between two captures asked for by slowdown alerts.
@@ -76,38 +72,47 @@ class SlowdownConfig:
     baseline_steps: int = 100
     window: int = 30
     patience: int = 3
-    spike_cap: float = 1.4
+    spike_cap: float | None = None
     rebaseline_after_steps: int | None = 200
     capture_cooldown_steps: int = 500
     straggler: StragglerConfig | None = None
 
     def __post_init__(self) -> None:
-        t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
-            raise ValueError(f"SlowdownConfig(threshold={t!r}): threshold is a ratio of step "
-                             "times and must be above 1. Use e.g. threshold=1.2 (20% slower).")
-        r = self.recover_threshold
-        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
-                              or not 1.0 <= r < t):
-            raise ValueError(f"SlowdownConfig(recover_threshold={r!r}): must be at least 1 and "
-                             f"below threshold={t}. Use e.g. recover_threshold=1.1, or None.")
-        s = self.spike_cap
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > t:
-            raise ValueError(f"SlowdownConfig(spike_cap={s!r}): must be above threshold={t}, "
-                             "or capped steps could never reach it. Use e.g. spike_cap=1.4.")
-        _check_int("warmup_steps", self.warmup_steps, 0, "20")
-        _check_int("baseline_steps", self.baseline_steps, 5, "100")
-        _check_int("window", self.window, 3, "30")
-        _check_int("patience", self.patience, 1, "3")
-        _check_int("capture_cooldown_steps", self.capture_cooldown_steps, 0, "500")
+        owner = "SlowdownConfig"
+        t = check_number(owner, "threshold", self.threshold, above=1.0, maximum=100.0,
+                         fix="Use e.g. threshold=1.2 (a ratio of step times: 20% slower).")
+        if self.recover_threshold is not None:
+            halfway = round(1 + (t - 1) / 2, 3)
+            check_number(owner, "recover_threshold", self.recover_threshold, minimum=1.0,
+                         maximum=t, fix=f"Use e.g. recover_threshold={halfway} (between 1 and "
+                         f"threshold={t}), or None.")
+            if self.recover_threshold == t:
+                raise fail(owner, "recover_threshold", t, f"below threshold={t}",
+                           fix=f"Use e.g. recover_threshold={halfway}, or None.")
+        if self.spike_cap is not None:
+            check_number(owner, "spike_cap", self.spike_cap, above=t, maximum=1000.0,
+                         fix=f"Use e.g. spike_cap={round(t + 0.2, 3)} (capped steps must be able "
+                         f"to reach threshold={t}), or None.")
+        check_int(owner, "warmup_steps", self.warmup_steps, minimum=0, example=20)
+        check_int(owner, "baseline_steps", self.baseline_steps, minimum=5, maximum=100_000,
+                  example=100)
+        check_int(owner, "window", self.window, minimum=3, maximum=100_000, example=30)
+        check_int(owner, "patience", self.patience, minimum=1, maximum=100_000, example=3)
+        check_int(owner, "capture_cooldown_steps", self.capture_cooldown_steps, minimum=0,
+                  example=500)
         if self.rebaseline_after_steps is not None:
-            _check_int("rebaseline_after_steps", self.rebaseline_after_steps, 1, "200")
+            check_int(owner, "rebaseline_after_steps", self.rebaseline_after_steps, minimum=1,
+                      example=200)
         if self.straggler is not None:
             from profcallbacks.detect.straggler import StragglerConfig
 
-            if not isinstance(self.straggler, StragglerConfig):
-                raise TypeError(f"SlowdownConfig(straggler={self.straggler!r}): expected "
-                                "profcallbacks.StragglerConfig(...) or None.")
+            check_type(owner, "straggler", self.straggler, StragglerConfig,
+                       "a profcallbacks.StragglerConfig or None (off)", "StragglerConfig()")
+
+    @property
+    def spike_ratio(self) -> float:
+        """``spike_cap``, or ``threshold + 0.2`` when not given."""
+        return float(self.spike_cap) if self.spike_cap is not None else round(self.threshold + 0.2, 6)
 
     @property
     def recover_ratio(self) -> float:
@@ -234,7 +239,7 @@ class SlowdownDetector:
 
     def _set_baseline(self, baseline_s: float) -> None:
         self.baseline_s = baseline_s
-        self._cap_s = self.config.spike_cap * baseline_s
+        self._cap_s = self.config.spike_ratio * baseline_s
         cap, recent = self._cap_s, list(self._recent)[-len(self._ring):]
         self._ring = [0.0] * len(self._ring)
         for i, (_, t) in enumerate(recent):

@@ -8,18 +8,10 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from profcallbacks.core.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.loaders import LoaderInfo, stall_advice
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
-
-
-def _check(name: str, value: object, low: float, high: float | None, integer: bool, fix: str) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < low or \
-            (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"StallConfig({name}={value!r}): {name} must be "
-                         f"{'an int' if integer else 'a number'} {bound}. {fix}")
 
 
 @dataclass(frozen=True)
@@ -55,18 +47,18 @@ class StallConfig:
     max_isolated_reports: int = 5
 
     def __post_init__(self) -> None:
-        _check("share_threshold", self.share_threshold, 0.01, 1.0, False,
-               "Use e.g. share_threshold=0.2 (20% of step time).")
-        _check("clear_share", self.clear_share, 0.0, self.share_threshold, False,
-               "It must not exceed share_threshold; use e.g. clear_share=0.1.")
-        _check("window", self.window, 1, None, True, "Use e.g. window=20.")
-        _check("block_steps", self.block_steps, 1, None, True, "Use e.g. block_steps=4.")
-        _check("isolated_factor", self.isolated_factor, 1.0, None, False,
-               "Use e.g. isolated_factor=5.0.")
-        _check("isolated_min_s", self.isolated_min_s, 0.0, None, False,
-               "Use e.g. isolated_min_s=0.05.")
-        _check("max_isolated_reports", self.max_isolated_reports, 0, None, True,
-               "Use 0 to never report isolated waits.")
+        owner = "StallConfig"
+        check_number(owner, "share_threshold", self.share_threshold, minimum=0.01, maximum=1.0,
+                     fix="Use e.g. share_threshold=0.2 (20% of step time).")
+        check_number(owner, "clear_share", self.clear_share, minimum=0.0,
+                     maximum=self.share_threshold,
+                     fix="Use e.g. clear_share=0.1 (not above share_threshold).")
+        check_int(owner, "window", self.window, minimum=1, maximum=100_000, example=20)
+        check_int(owner, "block_steps", self.block_steps, minimum=1, maximum=10_000, example=4)
+        check_number(owner, "isolated_factor", self.isolated_factor, minimum=1.0, example=5.0)
+        check_number(owner, "isolated_min_s", self.isolated_min_s, minimum=0.0, example=0.05)
+        check_int(owner, "max_isolated_reports", self.max_isolated_reports, minimum=0,
+                  maximum=10_000, fix="Use 0 to never report isolated waits.")
 
 
 @dataclass

@@ -6,10 +6,12 @@ one: steps 199, 399, ... for 200), every rank calls one ``all_gather`` of three 
 time, mean data wait, step count) on the default process group; never on other steps. Because the
 check steps depend on the step number alone, all ranks meet at the same collective.
 
-A rank is slow in a check when its median step time is above ``threshold`` x the median of the
-other ranks' medians, or when it waits for data longer than the others by more than
-``threshold - 1`` of their step time. A rank slow in ``consecutive`` checks in a row is reported
-once (``Finding(kind="straggler")`` on global rank 0), until it stops being slow.
+The straggler rule (:func:`slow_ranks`; ``profcallbacks report`` applies the same one to the
+whole run's per-rank numbers): a rank is slow when its median step time is above ``threshold``
+(1.15) x the median of the other ranks' median step times, or when it waits for data longer than
+the other ranks (their median) by more than ``threshold - 1`` of their step time. In a live check,
+a rank slow in ``consecutive`` checks in a row is reported once (``Finding(kind="straggler")`` on
+global rank 0), until it stops being slow.
 
 Off by default (``SlowdownConfig(straggler=None)``): every rank must run the profiler and reach
 the same steps, or the rank that calls the collective alone waits for ever. A profiler built on
@@ -24,14 +26,19 @@ for its data, which this check reports.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from profcallbacks.core.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.findings import STRAGGLER, Finding
 
 log = logging.getLogger(__name__)
+
+STRAGGLER_THRESHOLD = 1.15
+"""A rank 15% slower than the others' median holds every rank back by as much at each all-reduce."""
 
 Gather = Callable[[list[float]], list[list[float]]]
 """Takes this rank's summary floats; returns every rank's, indexed by rank (a collective)."""
@@ -54,21 +61,17 @@ class StragglerConfig:
     """
 
     every_n_steps: int = 200
-    threshold: float = 1.15
+    threshold: float = STRAGGLER_THRESHOLD
     consecutive: int = 2
     min_steps: int = 10
 
     def __post_init__(self) -> None:
-        for name, minimum, example in (("every_n_steps", 2, "200"), ("consecutive", 1, "2"),
-                                       ("min_steps", 1, "10")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"StragglerConfig({name}={value!r}): {name} must be an int of "
-                                 f"at least {minimum}. Use e.g. {name}={example}.")
-        t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
-            raise ValueError(f"StragglerConfig(threshold={t!r}): threshold is a ratio of step "
-                             "times and must be above 1. Use e.g. threshold=1.15.")
+        owner = "StragglerConfig"
+        check_int(owner, "every_n_steps", self.every_n_steps, minimum=2, example=200)
+        check_int(owner, "consecutive", self.consecutive, minimum=1, maximum=10_000, example=2)
+        check_int(owner, "min_steps", self.min_steps, minimum=1, example=10)
+        check_number(owner, "threshold", self.threshold, above=1.0, maximum=100.0,
+                     fix="Use e.g. threshold=1.15 (a ratio of step times).")
 
 
 class StragglerDetector:
@@ -129,30 +132,25 @@ class StragglerDetector:
         return self._judge(step, summaries)
 
     def _judge(self, step: int, summaries: list[list[float]]) -> list[Finding]:
-        judged = {r: s for r, s in enumerate(summaries) if s[2] >= self.config.min_steps}
+        judged = {r: (s[0], s[1]) for r, s in enumerate(summaries) if s[2] >= self.config.min_steps}
+        slow = slow_ranks(judged, self.config.threshold)
         findings = []
-        for r, (median_s, wait_s, _) in judged.items():
-            others = [s for o, s in judged.items() if o != r]
-            if not others:
-                continue
-            ref_s = statistics.median(s[0] for s in others)
-            ref_wait_s = statistics.median(s[1] for s in others)
-            slow_time = median_s > self.config.threshold * ref_s
-            slow_wait = wait_s - ref_wait_s > (self.config.threshold - 1.0) * ref_s
-            if not (slow_time or slow_wait):
+        for r in judged:
+            if r not in slow:
                 self._streak.pop(r, None)
                 self._reported.discard(r)
                 continue
             self._streak[r] = self._streak.get(r, 0) + 1
             if self._streak[r] >= self.config.consecutive and r not in self._reported:
                 self._reported.add(r)
-                findings.append(self._finding(step, r, median_s, wait_s, ref_s, ref_wait_s,
-                                              slow_time))
+                findings.append(self._finding(step, r, slow[r]))
         return findings
 
-    def _finding(self, step: int, slow_rank: int, median_s: float, wait_s: float, ref_s: float,
-                 ref_wait_s: float, slow_time: bool) -> Finding:
-        ratio = median_s / ref_s if ref_s > 0 else float("inf")
+    def _finding(self, step: int, slow_rank: int, verdict: SlowRank) -> Finding:
+        median_s, wait_s, ref_s, ref_wait_s = (verdict.step_time_s, verdict.data_wait_s,
+                                               verdict.others_step_time_s, verdict.others_data_wait_s)
+        slow_time = verdict.slow_step_time
+        ratio = verdict.ratio
         cause = (f"its steps take {median_s * 1e3:.1f} ms against {ref_s * 1e3:.1f} ms on the "
                  f"other ranks ({ratio:.2f}x)" if slow_time else
                  f"it waits {wait_s * 1e3:.1f} ms per step for data against "
@@ -165,6 +163,53 @@ class StragglerDetector:
                      "others_step_time_s": ref_s, "ratio": round(ratio, 4),
                      "data_wait_s": wait_s, "others_data_wait_s": ref_wait_s,
                      "checks": self._streak[slow_rank], "every_n_steps": self._every})
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    """Why one rank counts as a straggler (times in seconds, or any one unit throughout)."""
+
+    step_time_s: float
+    data_wait_s: float
+    others_step_time_s: float
+    others_data_wait_s: float
+    slow_step_time: bool
+    slow_data_wait: bool
+
+    @property
+    def ratio(self) -> float:
+        """Step time over the other ranks' median."""
+        return self.step_time_s / self.others_step_time_s if self.others_step_time_s > 0 else math.inf
+
+    @property
+    def extra_data_wait_s(self) -> float:
+        return self.data_wait_s - self.others_data_wait_s
+
+
+def slow_ranks(timings: Mapping[int, tuple[float, float]],
+               threshold: float = STRAGGLER_THRESHOLD) -> dict[int, SlowRank]:
+    """The straggler rule: which ranks are slow, given each rank's (step time, data wait).
+
+    Each rank is compared with the median of the other ranks (see the module docstring).
+
+    Example:
+        >>> sorted(slow_ranks({0: (0.100, 0.0), 1: (0.100, 0.0), 2: (0.130, 0.0)}))
+        [2]
+        >>> slow_ranks({0: (0.100, 0.0), 1: (0.100, 0.030)})[1].slow_data_wait
+        True
+    """
+    slow = {}
+    for rank, (step_s, wait_s) in timings.items():
+        others = [t for r, t in timings.items() if r != rank]
+        if not others:
+            continue
+        ref_s = statistics.median(t[0] for t in others)
+        ref_wait_s = statistics.median(t[1] for t in others)
+        slow_time = step_s > threshold * ref_s
+        slow_wait = wait_s - ref_wait_s > (threshold - 1.0) * ref_s
+        if slow_time or slow_wait:
+            slow[rank] = SlowRank(step_s, wait_s, ref_s, ref_wait_s, slow_time, slow_wait)
+    return slow
 
 
 def _default_gather() -> Gather | None:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from profcallbacks.core.checks import check_int, check_number, fail
 from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_POINT, Finding
 
@@ -43,21 +44,15 @@ class SyncAuditConfig:
     warn_blocking_ms: float = 0.05
 
     def __post_init__(self) -> None:
-        for name, low in (("at_step", 0), ("steps", 1)):
+        owner = "SyncAuditConfig"
+        check_int(owner, "at_step", self.at_step, minimum=0, example=10)
+        check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=2)
+        for name, example in (("allow", ("train.py:42",)), ("libraries", ("torch",))):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"SyncAuditConfig({name}={value!r}): {name} must be an int of at "
-                                 f"least {low}, e.g. {name}={low + 1}.")
-        for name in ("allow", "libraries"):
-            value = getattr(self, name)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"SyncAuditConfig({name}={value!r}): expected a tuple of strings, "
-                                 f"e.g. {name}=('train.py:42',).")
+            if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+                raise fail(owner, name, value, "a tuple of strings", example)
             object.__setattr__(self, name, tuple(value))
-        w = self.warn_blocking_ms
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
-            raise ValueError(f"SyncAuditConfig(warn_blocking_ms={w!r}): expected a number of "
-                             "milliseconds >= 0, e.g. warn_blocking_ms=0.05.")
+        check_number(owner, "warn_blocking_ms", self.warn_blocking_ms, minimum=0.0, example=0.05)
 
     def allows(self, location: str) -> bool:
         """Whether ``location`` (``"path/file.py:LINE"``) matches an ``allow`` entry."""

@@ -6,14 +6,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from profcallbacks.detect.straggler import slow_ranks
 from profcallbacks.report.traces import TraceSummary
-
-STRAGGLER_STEP_RATIO = 1.10
-"""A rank whose mean step time is this many times the median of the other ranks' is a straggler."""
-STRAGGLER_WAIT_SHARE = 0.10
-"""A rank that waits for data longer than the other ranks (median) by this share of their step is a
-straggler: under DDP every rank waits for the slowest at each all-reduce, so step times even out
-and the extra data wait is what shows who held the others up."""
 
 INTERVAL_KEYS = ("rank", "first_step", "last_step", "steps", "step_time_ms", "step_time_ms_median",
                  "step_time_ms_max", "data_wait_ms", "data_wait_share")
@@ -71,24 +65,27 @@ def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
 def rank_comparison(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Slowest rank, spread of data-wait share (max - min), and stragglers with their reason.
 
-    Each rank is compared with the median of the other ranks.
+    Stragglers follow the same rule as the live check (``detect.straggler.slow_ranks``): each
+    rank's median step time and mean data wait against the other ranks' median.
     """
     slowest = max(per_rank, key=lambda r: r["mean_ms"])
     shares = [r["data_wait_share"] for r in per_rank]
+    slow = slow_ranks({r["rank"]: (r["median_ms"], r["data_wait_ms"]) for r in per_rank})
     stragglers = []
     for row in per_rank:
-        others = [r for r in per_rank if r is not row]
-        median_step = statistics.median(r["mean_ms"] for r in others)
-        extra_wait = row["data_wait_ms"] - statistics.median(r["data_wait_ms"] for r in others)
+        verdict = slow.get(row["rank"])
+        if verdict is None:
+            continue
         reasons = []
-        if median_step > 0 and row["mean_ms"] >= STRAGGLER_STEP_RATIO * median_step:
-            reasons.append(f"step time {row['mean_ms'] / median_step:.2f}x the other ranks'")
-        if median_step > 0 and extra_wait >= STRAGGLER_WAIT_SHARE * median_step:
-            reasons.append(f"waits {extra_wait:.1f} ms/step longer for data than the other ranks")
-        if reasons:
-            stragglers.append({"rank": row["rank"], "mean_ms": row["mean_ms"],
-                               "step_ratio": row["mean_ms"] / median_step if median_step else None,
-                               "extra_data_wait_ms": extra_wait, "reason": "; ".join(reasons)})
+        if verdict.slow_step_time:
+            reasons.append(f"median step time {verdict.ratio:.2f}x the other ranks'")
+        if verdict.slow_data_wait:
+            reasons.append(f"waits {verdict.extra_data_wait_s:.1f} ms/step longer for data than "
+                           "the other ranks")
+        stragglers.append({"rank": row["rank"], "mean_ms": row["mean_ms"],
+                           "median_ms": row["median_ms"], "step_ratio": verdict.ratio,
+                           "extra_data_wait_ms": verdict.extra_data_wait_s,
+                           "reason": "; ".join(reasons)})
     return {"slowest_rank": slowest["rank"], "data_wait_share_spread": max(shares) - min(shares),
             "stragglers": stragglers}
 

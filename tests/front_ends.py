@@ -1,0 +1,118 @@
+"""The same scripted training run through every front end (plain loop, Lightning, HF Trainer).
+
+A front end is a function ``run(logdir, dataset, steps, options) -> list[Finding]``; add one to
+``FRONT_ENDS`` and every contract test (tests/test_contract.py) applies to it. The step has an
+``item()`` and a ``nonzero`` on known lines of ``sync_scenario.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from profcallbacks import Schedule, SyncAuditConfig
+from sync_scenario import scenario_loss
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+STEPS = 40
+OPTIONS = dict(schedule=Schedule(skip_first=100), tensorboard_scalars=False, slowdown=None,
+               watch_capture_file=False, sync_audit=SyncAuditConfig(at_step=3, steps=2))
+
+
+class SleepyDataset(Dataset):
+    """``delay_s`` of loading per sample; the step's own work is a fixed 20 ms sleep."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        time.sleep(self.delay_s)
+        return {"x": torch.randn(4)}
+
+
+def step_body(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    time.sleep(0.020)
+    loss, _ = scenario_loss(linear, x)
+    return loss
+
+
+def plain_loop(logdir, dataset, steps, options):
+    from profcallbacks import StepProfiler
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(linear.parameters(), lr=0.01)
+    prof = StepProfiler(logdir, **options)
+    with prof:
+        for i, batch in enumerate(prof.wrap(DataLoader(dataset, batch_size=2))):
+            loss = step_body(linear, batch["x"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+            if i + 1 == steps:
+                break
+    return prof.findings
+
+
+def lightning_trainer(logdir, dataset, steps, options):
+    pl = pytest.importorskip("lightning.pytorch")
+    try:
+        from profcallbacks.lightning import ProfilerCallback
+    except ImportError as exc:
+        pytest.skip(f"profcallbacks.lightning not available ({exc})")
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return step_body(self.linear, batch["x"])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    callback = ProfilerCallback(logdir, **options)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", logger=False, callbacks=[callback],
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(logdir))
+    trainer.fit(Module(), DataLoader(dataset, batch_size=2))
+    return callback.findings
+
+
+def hf_trainer(logdir, dataset, steps, options):
+    transformers = pytest.importorskip("transformers")
+    try:
+        from profcallbacks.hf import ProfilerCallback
+    except ImportError as exc:
+        pytest.skip(f"profcallbacks.hf not available ({exc})")
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return {"loss": step_body(self.linear, x)}
+
+    torch.manual_seed(0)
+    callback = ProfilerCallback(logdir, **options)
+    args = transformers.TrainingArguments(
+        output_dir=str(logdir / "out"), max_steps=steps, per_device_train_batch_size=2,
+        use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+        dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
+    transformers.Trainer(model=Model(), args=args, train_dataset=dataset,
+                         callbacks=[callback]).train()
+    return callback.findings
+
+
+FRONT_ENDS = {"plain": plain_loop, "lightning": lightning_trainer, "hf": hf_trainer}

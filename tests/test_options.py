@@ -86,3 +86,67 @@ def test_empty_logdir_is_refused_instead_of_writing_into_the_working_directory(l
 def test_on_finding_must_be_callable(tmp_path):
     with pytest.raises(ValueError, match=r"on_finding=42\): on_finding must be a callable"):
         StepProfiler(tmp_path, on_finding=42)
+
+
+def _mounted_read_only_root_with_writable_meta(root):
+    """A log directory whose root is read-only while its profcallbacks/ subdirectory is writable
+    (what the old start-up probe, which tried only the subdirectory, let through)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only tmpfs")
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)], check=True)
+    (root / "profcallbacks").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root / "profcallbacks")],
+                   check=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(root)], check=True)
+
+
+def test_start_up_probe_checks_where_captures_and_tensorboard_write(tmp_path):
+    import subprocess
+
+    root = tmp_path / "logs"
+    _mounted_read_only_root_with_writable_meta(root)
+    try:
+        with pytest.raises(PermissionError, match=r"logdir=.* is not writable"):
+            with StepProfiler(root, tensorboard_scalars=False):
+                pass
+    finally:
+        subprocess.run(["umount", str(root / "profcallbacks")], check=False)
+        subprocess.run(["umount", str(root)], check=False)
+
+
+class _RaisingScalars:
+    calls = 0
+
+    def observe(self, record):
+        return ()
+
+    def scalars(self):
+        _RaisingScalars.calls += 1
+        raise RuntimeError("broken scalars")
+
+
+class _RaisingLoaderHook:
+    def observe(self, record):
+        return ()
+
+    def set_loader(self, info):
+        raise RuntimeError("broken set_loader")
+
+
+def test_raising_detector_hooks_warn_once_and_never_reach_the_loop(tmp_path, caplog):
+    import logging
+
+    prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, log_every_n_steps=2,
+                        sync_audit=False)
+    prof.session.add_detector(_RaisingScalars())
+    prof.session.add_detector(_RaisingLoaderHook())
+    with caplog.at_level(logging.WARNING), prof:
+        for _ in prof.wrap(range(10)):  # set_loader raises inside wrap(): the loop goes on
+            prof.step()
+    assert _RaisingScalars.calls == 1  # disabled after its first failure, not warned per summary
+    warnings = [r.getMessage() for r in caplog.records if "disabled for the rest" in r.getMessage()]
+    assert len(warnings) == 2, warnings

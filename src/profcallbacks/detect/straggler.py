@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from profcallbacks.core.checks import check_int, check_number
-from profcallbacks.core.timing import StepRecord
+from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.findings import STRAGGLER, Finding
 
 log = logging.getLogger(__name__)
@@ -124,7 +123,7 @@ class StragglerDetector:
             self._disabled = True
             return []
         self._gather = gather
-        mine = [statistics.median(times) if times else 0.0,
+        mine = [median(times) if times else 0.0,
                 wait / len(times) if times else 0.0, float(len(times))]
         summaries = gather(mine)
         if self.rank != 0:
@@ -203,8 +202,8 @@ def slow_ranks(timings: Mapping[int, tuple[float, float]],
         others = [t for r, t in timings.items() if r != rank]
         if not others:
             continue
-        ref_s = statistics.median(t[0] for t in others)
-        ref_wait_s = statistics.median(t[1] for t in others)
+        ref_s = median(t[0] for t in others)
+        ref_wait_s = median(t[1] for t in others)
         slow_time = step_s > threshold * ref_s
         slow_wait = wait_s - ref_wait_s > (threshold - 1.0) * ref_s
         if slow_time or slow_wait:

@@ -9,6 +9,7 @@ from profcallbacks._version import __version__
 from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, STRAGGLER, SYNC_POINT
 from profcallbacks.report.logdir import RunFiles, find_runs
 from profcallbacks.report.reading import ReadError, read_jsonl
+from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
@@ -144,13 +145,6 @@ def _advice(finding: dict[str, Any]) -> str | None:
     if isinstance(advice, list) and advice:
         return "; ".join(str(a) for a in advice)
     return None
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return -1
 
 
 def _size(path: Path) -> int:

@@ -10,6 +10,8 @@ import json
 from html import escape
 from typing import Any
 
+from profcallbacks.report.fmt import ms as _ms
+from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.plot import step_time_svg
 
 _CSS = """
@@ -32,14 +34,6 @@ _BREAKDOWN_COLOURS = {"data_wait": "#ff7f0e", "compute": "#1f77b4", "other": "#b
 
 def _e(value: Any) -> str:
     return escape(str(value))
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} ms"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def _table(headers: list[str], rows: list[list[str]],

@@ -148,6 +148,14 @@ def read_json(path: Path) -> Any:
     return parse_json(path, read_bytes(path))
 
 
+def as_int(value: Any, default: int = -1) -> int:
+    """``int(value)`` for a number read from a file, ``default`` when it is none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
 def read_jsonl(path: Path, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file; unreadable lines are noted in ``problems`` and skipped.
 

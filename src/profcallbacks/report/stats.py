@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from profcallbacks.core.timing import median
 from profcallbacks.detect.straggler import slow_ranks
 from profcallbacks.report.traces import TraceSummary
 
@@ -32,7 +32,7 @@ def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "first_step": min(r["first_step"] for r in rows),
         "last_step": max(r["last_step"] for r in rows),
         "mean_ms": mean,
-        "median_ms": statistics.median(r["step_time_ms_median"] for r in rows),
+        "median_ms": median(r["step_time_ms_median"] for r in rows),
         "max_ms": max(r["step_time_ms_max"] for r in rows),
         "data_wait_ms": wait,
         "data_wait_share": wait / mean if mean > 0 else 0.0,

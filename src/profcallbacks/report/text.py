@@ -5,13 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} ms"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+from profcallbacks.report.fmt import ms as _ms
+from profcallbacks.report.fmt import pct as _pct
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.reading import ReadError, gc_paused, read_json
+from profcallbacks.report.reading import as_int as _int
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
@@ -199,13 +200,6 @@ def _covered(merged: list[Interval], start: float, end: float) -> float:
 def _block(trace: dict[str, Any], key: str) -> dict[str, Any]:
     value = trace.get(key)
     return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
 
 
 def _step_number(name: str) -> int:

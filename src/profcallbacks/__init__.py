@@ -6,6 +6,7 @@ from profcallbacks.capture.schedule import Phase, Schedule
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
+from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.straggler import StragglerConfig
@@ -15,6 +16,7 @@ from profcallbacks.loop import StepProfiler
 
 __all__ = [
     "Finding",
+    "MemoryConfig",
     "Phase",
     "ProfilerConfig",
     "ProfilingSession",

@@ -10,6 +10,7 @@ from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
 from profcallbacks.capture.schedule import Schedule
 from profcallbacks.core.checks import check_bool, check_int, check_number, check_type, fail
+from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
@@ -42,6 +43,7 @@ class ProfilerConfig:
             defaults, a ``SyncAuditConfig`` to choose the audited steps and an allowlist.
         capture_validation: Capture each validation/evaluation run between training steps in a
             window of its own (``stepNNNNNN-validation``; counts towards ``max_captures``).
+        memory: Memory numbers at each step summary and ``memory_creep`` alerts (``None``: off).
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -62,6 +64,7 @@ class ProfilerConfig:
     slowdown: SlowdownConfig | None = field(default_factory=SlowdownConfig)
     sync_audit: bool | SyncAuditConfig = True
     capture_validation: bool = False
+    memory: MemoryConfig | None = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
         owner = "ProfilerConfig"
@@ -75,6 +78,8 @@ class ProfilerConfig:
                    "a profcallbacks.StallConfig or None (off)", "StallConfig()")
         check_type(owner, "slowdown", self.slowdown, (SlowdownConfig, type(None)),
                    "a profcallbacks.SlowdownConfig or None (off)", "SlowdownConfig()")
+        check_type(owner, "memory", self.memory, (MemoryConfig, type(None)),
+                   "a profcallbacks.MemoryConfig or None (off)", "MemoryConfig()")
         check_int(owner, "max_captures", self.max_captures, minimum=1, maximum=MAX_CAPTURES,
                   example=10)
         check_int(owner, "capture_steps", self.capture_steps, minimum=1, maximum=MAX_CAPTURE_STEPS,

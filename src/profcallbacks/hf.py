@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import weakref
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
 from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
@@ -64,6 +66,7 @@ class ProfilerCallback(TrainerCallback):
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
+                 memory: MemoryConfig | None = MemoryConfig(),
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)
@@ -90,14 +93,18 @@ class ProfilerCallback(TrainerCallback):
             return
         self._requests.append(steps)  # before train(): asked for as soon as training starts
 
-    def close(self, *, failed: bool = True) -> None:
+    def close(self, *, failed: bool = True, error: BaseException | None = None) -> None:
         """Stop any capture (exported as partial) and finish exports.
 
         Called by ``on_train_end``; call it yourself after ``train()`` raised if the process
-        goes on. Safe to call more than once.
+        goes on (inside ``except``, or with ``error=``: an out-of-memory error then gets its
+        ``out_of_memory`` finding; the Trainer has no hook for errors). Safe to call more than once.
         """
         closer, self._closer = self._closer, None
         if closer is not None and closer.detach() is not None and self.session is not None:
+            error = error if error is not None else sys.exc_info()[1]
+            if failed and error is not None:
+                self.session.on_exception(error)
             self.session.close(failed=failed)
 
     @override

@@ -10,6 +10,7 @@ report``) share this one module, so the two cannot drift apart::
       profcallbacks/                            META_DIR
         rank0.steps.jsonl                       steps_file(logdir, 0)
         rank0.findings.jsonl                    findings_file(logdir, 0)
+        rank0.memory.step000120.pickle          memory_snapshot_file(logdir, 0, 120) (CUDA)
       .profcallbacks-staging/                   STAGING_DIR: exports in progress
       CAPTURE                                   CAPTURE_FILE: drop it to ask for a capture
 
@@ -72,3 +73,8 @@ def parse_rank_file(name: str) -> tuple[int, str] | None:
     """``(rank, "steps" | "findings")`` of a per-rank file name, else ``None``."""
     match = RANK_FILE.match(name)
     return (int(match.group(1)), match.group(2)) if match else None
+
+
+def memory_snapshot_file(logdir: Path, rank: int, first_step: int) -> Path:
+    """CUDA memory snapshot of the memory capture starting at ``first_step`` (``_memory_viz``)."""
+    return logdir / META_DIR / f"rank{rank}.memory.step{first_step:06d}.pickle"

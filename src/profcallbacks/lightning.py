@@ -26,6 +26,7 @@ from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
 from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
@@ -68,6 +69,7 @@ class ProfilerCallback(Callback):
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
+                 memory: MemoryConfig | None = MemoryConfig(),
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
@@ -192,6 +194,8 @@ class ProfilerCallback(Callback):
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
+        if self.session is not None:
+            self.session.on_exception(exception)  # an out_of_memory finding, before it propagates
         self._close(failed=True)
 
     @override

@@ -15,6 +15,7 @@ from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
 from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
@@ -43,6 +44,8 @@ class StepProfiler:
         sync_audit: Look for host-device sync points in the user's code.
         capture_validation: Capture each validation/evaluation run between training steps in a
             window of its own (``stepNNNNNN-validation``).
+        memory: Memory numbers with each step summary and ``memory_creep`` alerts, with a
+            short capture of the lines that keep the memory (``None``: off).
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -62,6 +65,7 @@ class StepProfiler:
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
+                 memory: MemoryConfig | None = MemoryConfig(),
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
@@ -74,6 +78,8 @@ class StepProfiler:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if exc is not None:
+            self.session.on_exception(exc)  # out_of_memory is written before the error propagates
         self.session.close(failed=exc_type is not None)
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from profcallbacks.capture.agreement import TriggerAgreement
 from profcallbacks.capture.export import TraceExporter
+from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.schedule import Phase
@@ -127,7 +129,7 @@ class CaptureController:
             return
         try:
             if capture is None:
-                capture = self._capture = TraceCapture(self._config.trace, window)
+                capture = self._capture = TraceCapture(_options(self._config, window), window)
             capture.warm_up() if phase is Phase.WARMUP else capture.record()
         except Exception as exc:  # kineto refused (e.g. another profiler is running)
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
@@ -192,6 +194,13 @@ class CaptureController:
             log.warning("profcallbacks: the last capture could not be exported (%s).", exc)
         if self._exporter is not None:
             self._exporter.close(timeout_s=10.0 if failed else 120.0)
+
+
+def _options(config: ProfilerConfig, window: Window) -> TraceOptions:
+    """A memory capture's trace records allocations too (the plugin's Memory view)."""
+    if window.trigger == "memory" and not config.trace.profile_memory:
+        return replace(config.trace, profile_memory=True)
+    return config.trace
 
 
 def _agreement_for(rank: RankInfo, every: int) -> TriggerAgreement | None:

@@ -15,10 +15,11 @@ from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
-from profcallbacks.core.timing import StepRecord, StepTimes
+from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
 from profcallbacks.detect.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
+from profcallbacks.detect.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.layout import META_DIR, findings_file, steps_file
 
@@ -64,6 +65,8 @@ class ProfilingSession:
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank)
+        self._memory = (MemoryMonitor(config.memory, self.logdir, rank=self.rank.rank)
+                        if config.memory is not None else None)
         self._times = StepTimes(interval=config.log_every_n_steps)
         self._tensorboard: TensorBoardWriter | None = None
         self._publisher: SummaryPublisher | None = None
@@ -215,7 +218,7 @@ class ProfilingSession:
             self._mark_device_step()
         summary = self._times.add(record)
         if summary is not None and self._publisher is not None:
-            self._publisher.publish(summary, self._extra_scalars())
+            self._publish(summary, now)
         for detector in self._detectors:
             try:
                 findings = detector.observe(record)
@@ -229,6 +232,13 @@ class ProfilingSession:
         self.step += 1
         self._begin_step(now)
 
+    def on_exception(self, error: BaseException) -> None:
+        """A step raised ``error``: an ``out_of_memory`` finding if it is one (before ``close``)."""
+        if self._memory is not None and self._opened:
+            finding = self._memory.out_of_memory(self.step, error)
+            if finding is not None:
+                self.emit(finding)
+
     def close(self, *, failed: bool = False) -> None:
         """Stop any capture (exported as partial), flush summaries and finish exports."""
         if not self._opened:
@@ -238,9 +248,11 @@ class ProfilingSession:
             if self._auditing:
                 self._stop_audit(cancel=True)
             self._captures.close(failed=failed)
+            if self._memory is not None:
+                self._memory.close()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:
-                self._publisher.publish(summary, self._extra_scalars())
+                self._publish(summary, self._clock())
         finally:
             if self._publisher is not None:
                 self._publisher.close()
@@ -253,8 +265,12 @@ class ProfilingSession:
         self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
         if self._auditor is not None:
             self._start_audit_if_due()
+        active = self._captures.active
+        if self._memory is not None and (active is not None or self._memory.busy):
+            for finding in self._memory.window_step(self.step, active):
+                self.emit(finding)
         self._step_start = self._clock()
-        self._step_start_ns = wall_ns() if self._captures.active is not None else 0
+        self._step_start_ns = wall_ns() if active is not None else 0
         self._wait_from = self._step_start
         self._data_wait = 0.0
         self._after_pause = False
@@ -313,6 +329,22 @@ class ProfilingSession:
         self.emit(finding)
         if finding.capture is not None:  # the detector asks for a capture with this finding
             self.request_capture(trigger=finding.capture)
+
+    def _publish(self, summary: IntervalSummary, now: float) -> None:
+        """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""
+        memory: dict[str, float] = {}
+        findings: list[Finding] = []
+        if self._memory is not None:
+            try:
+                memory, findings = self._memory.sample(summary.last_step, now)
+            except Exception as exc:  # memory numbers never stop training
+                log.warning("profcallbacks: reading memory failed (%s); memory numbers are off.",
+                            exc)
+                self._memory = None
+        assert self._publisher is not None
+        self._publisher.publish(summary, self._extra_scalars(), memory)
+        for finding in findings:
+            self._on_detector_finding(finding)
 
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""

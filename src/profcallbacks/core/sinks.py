@@ -90,9 +90,10 @@ class StepsFile:
         self.path = path
         self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
-    def write(self, summary: IntervalSummary, rank: int) -> None:
+    def write(self, summary: IntervalSummary, rank: int,
+              fields: dict[str, float] | None = None) -> None:
         row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
-               "steps": summary.steps, **summary.scalars()}
+               "steps": summary.steps, **summary.scalars(), **(fields or {})}
         self._file.write(json.dumps(row) + "\n")
 
     def close(self) -> None:
@@ -126,9 +127,12 @@ class SummaryPublisher:
         self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
 
-    def publish(self, summary: IntervalSummary, extra: dict[str, float]) -> None:
+    def publish(self, summary: IntervalSummary, extra: dict[str, float],
+                fields: dict[str, float] | None = None) -> None:
+        """``extra`` scalars go to the sinks; ``fields`` (e.g. memory numbers) to the steps file too."""
         values = metric_names(summary, self._prefix)
         values.update({f"{self._prefix}/{name}": value for name, value in extra.items()})
+        values.update({f"{self._prefix}/{name}": value for name, value in (fields or {}).items()})
         for sink in list(self._sinks):
             try:
                 sink(values, summary.last_step)
@@ -138,7 +142,7 @@ class SummaryPublisher:
                 self._sinks.remove(sink)
         if self._steps_file is not None:
             try:
-                self._steps_file.write(summary, self._rank)
+                self._steps_file.write(summary, self._rank, fields)
             except (OSError, ValueError) as exc:
                 log.warning("profcallbacks: cannot write %s (%s); step summaries are no longer "
                             "saved.", self._steps_file.path, exc)

@@ -1,0 +1,195 @@
+"""Memory numbers read off the hot path, and the ``memory_creep`` detector over them.
+
+The numbers are read where step summaries are published (once per ``log_every_n_steps`` steps and
+at most once per ``MemoryConfig.sample_every_s`` seconds), never per step. None of the reads
+synchronises with a device: on CUDA they ask the caching allocator, on CPU ``/proc/self/statm``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from profcallbacks.core.checks import check_bool, check_int, check_number
+from profcallbacks.core.timing import median
+from profcallbacks.findings import MEMORY_CREEP, Finding
+
+log = logging.getLogger(__name__)
+
+MB = 1024 * 1024
+CUDA_ALLOCATED = "cuda_allocated"
+PROCESS_RSS = "process_rss"
+_SEGMENTS = 4  # growth must show in each of this many consecutive parts of the window
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Always-on memory numbers and the ``memory_creep`` alert (defaults in the README).
+
+    Growth is judged on ``cuda_allocated`` (CUDA) or ``process_rss`` (CPU) over the last
+    ``window_steps`` steps after ``warmup_steps``: the Theil-Sen slope (median of pairwise slopes)
+    must reach ``min_rate_mb_per_1k_steps`` and the median of each quarter of the window must lie
+    above the one before by a quarter of what that slope predicts. Warm-up growth, a one-off
+    jump (the first evaluation) and an allocator that grows its cache in steps fail one of the two.
+
+    Args:
+        sample_every_s: Least seconds between two samples (0: at every step summary).
+        warmup_steps: Samples before this step are ignored (caches filling, first batches).
+        window_steps: Steps the growth is judged over; it is judged once samples span half of it.
+        min_samples: Fewest samples in the window before any judgement.
+        min_rate_mb_per_1k_steps: Least sustained growth (MB per 1,000 steps) that alerts.
+        min_growth_mb: Least growth (MB) over the judged span that alerts.
+        capture_sites: On an alert, capture a few steps and report which lines keep the memory.
+        hold_steps: Allocations of the captured steps still alive this many steps after the
+            capture count as kept.
+        max_sites: Sites reported (largest first).
+
+    Example:
+        >>> MemoryConfig(window_steps=500).window_steps
+        500
+    """
+
+    sample_every_s: float = 1.0
+    warmup_steps: int = 200
+    window_steps: int = 1000
+    min_samples: int = 8
+    min_rate_mb_per_1k_steps: float = 32.0
+    min_growth_mb: float = 32.0
+    capture_sites: bool = True
+    hold_steps: int = 5
+    max_sites: int = 10
+
+    def __post_init__(self) -> None:
+        owner = "MemoryConfig"
+        check_number(owner, "sample_every_s", self.sample_every_s, minimum=0.0, example=1.0)
+        check_int(owner, "warmup_steps", self.warmup_steps, example=200)
+        check_int(owner, "window_steps", self.window_steps, minimum=8, example=1000)
+        check_int(owner, "min_samples", self.min_samples, minimum=_SEGMENTS * 2, example=8)
+        check_number(owner, "min_rate_mb_per_1k_steps", self.min_rate_mb_per_1k_steps,
+                     above=0.0, example=32.0)
+        check_number(owner, "min_growth_mb", self.min_growth_mb, minimum=0.0, example=32.0)
+        check_bool(owner, "capture_sites", self.capture_sites)
+        check_int(owner, "hold_steps", self.hold_steps, minimum=1, example=5)
+        check_int(owner, "max_sites", self.max_sites, minimum=1, example=10)
+
+
+def read_rss_mb() -> float | None:
+    """Resident memory of this process in MB (Linux ``/proc/self/statm``), else ``None``."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / MB
+
+
+def read_cuda_mb() -> dict[str, float]:
+    """Allocated, reserved and peak-since-last-call MB on the current CUDA device; none syncs.
+
+    Empty when CUDA is unavailable or not initialised (reading must not initialise it).
+    """
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    values = {"memory_allocated_mb": torch.cuda.memory_allocated() / MB,
+              "memory_reserved_mb": torch.cuda.memory_reserved() / MB,
+              "memory_peak_mb": torch.cuda.max_memory_allocated() / MB}
+    torch.cuda.reset_peak_memory_stats()
+    return values
+
+
+def cuda_total_mb() -> float | None:
+    """Capacity of the current CUDA device in MB (``None`` without CUDA)."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / MB
+
+
+def theil_sen(points: list[tuple[int, float]]) -> float:
+    """Median of the slopes between every two points (value per step); robust to outliers."""
+    slopes = [(b[1] - a[1]) / (b[0] - a[0]) for i, a in enumerate(points)
+              for b in points[i + 1:] if b[0] != a[0]]
+    return median(slopes) if slopes else 0.0
+
+
+class MemoryCreepDetector:
+    """Raises one ``memory_creep`` finding per episode of sustained memory growth.
+
+    Fed one sample per step summary (``observe(step, mb)``), never per step. An episode ends when
+    the slope falls below half of ``min_rate_mb_per_1k_steps``; the next growth alerts again.
+
+    Example:
+        >>> detector = MemoryCreepDetector(MemoryConfig(warmup_steps=0, window_steps=100), rank=0)
+        >>> [f.kind for s in range(0, 100, 10) for f in detector.observe(s, 100.0 + s)]
+        ['memory_creep']
+    """
+
+    def __init__(self, config: MemoryConfig, *, rank: int, source: str = PROCESS_RSS,
+                 total_mb: float | None = None) -> None:
+        self.config = config
+        self.rank = rank
+        self.source = source
+        self.total_mb = total_mb
+        self.samples: deque[tuple[int, float]] = deque(maxlen=512)
+        self._alerted = False
+
+    def observe(self, step: int, mb: float) -> list[Finding]:
+        """Take the sample of ``step`` (``mb`` of the source); returns the finding, if any."""
+        if step < self.config.warmup_steps:
+            return []
+        self.samples.append((step, mb))
+        window = [(s, v) for s, v in self.samples if s > step - self.config.window_steps]
+        if len(window) < self.config.min_samples or \
+                window[-1][0] - window[0][0] < self.config.window_steps // 2:
+            return []
+        rate = theil_sen(_thin(window, 64))
+        limit = self.config.min_rate_mb_per_1k_steps / 1000
+        if rate < limit / 2:
+            self._alerted = False
+            return []
+        if self._alerted or rate < limit or not self._sustained(window, rate):
+            return []
+        self._alerted = True
+        return [self._finding(step, mb, rate)]
+
+    def _sustained(self, window: list[tuple[int, float]], rate: float) -> bool:
+        span = window[-1][0] - window[0][0]
+        if rate * span < self.config.min_growth_mb:
+            return False
+        size = len(window) / _SEGMENTS
+        parts = [window[round(i * size):round((i + 1) * size)] for i in range(_SEGMENTS)]
+        centres = [(median(s for s, _ in p), median(v for _, v in p)) for p in parts]
+        return all(b[1] - a[1] >= 0.25 * rate * (b[0] - a[0])
+                   for a, b in zip(centres, centres[1:], strict=False))
+
+    def _finding(self, step: int, mb: float, rate: float) -> Finding:
+        first = min(self.samples, key=lambda sample: sample[1])[0]
+        per_1k = rate * 1000
+        details: dict[str, Any] = {
+            "growth_mb_per_1k_steps": round(per_1k, 1), "source": self.source,
+            "first_step": first, "current_mb": round(mb, 1),
+            "projected_mb_in_10k_steps": round(mb + per_1k * 10, 1)}
+        message = (f"memory ({self.source}) grows {per_1k:,.0f} MB per 1,000 steps since about "
+                   f"step {first}: {mb:,.0f} MB now, {mb + per_1k * 10:,.0f} MB in 10,000 steps")
+        if self.total_mb is not None:
+            full = step + int(max(self.total_mb - mb, 0.0) / rate)
+            details.update(device_total_mb=round(self.total_mb, 1), full_at_step=full)
+            message += f"; at this rate the device is full at step {full:,}"
+        if self.config.capture_sites:
+            message += ". A short memory capture looks for the lines that keep it."
+        return Finding(MEMORY_CREEP, step, self.rank, "warning", message + ".", details,
+                       capture="memory" if self.config.capture_sites else None)
+
+
+def _thin(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:
+    """At most ``most`` points spread evenly over ``points`` (keeps Theil-Sen cheap)."""
+    if len(points) <= most:
+        return points
+    stride = len(points) / most
+    return [points[int(i * stride)] for i in range(most)]

@@ -1,8 +1,9 @@
 """The same scripted training run through every front end (plain loop, Lightning, HF Trainer).
 
-A front end is a function ``run(logdir, dataset, steps, options) -> list[Finding]``; add one to
-``FRONT_ENDS`` and every contract test (tests/test_contract.py) applies to it. The step has an
-``item()`` and a ``nonzero`` on known lines of ``sync_scenario.py``.
+A front end is a function ``run(logdir, dataset, steps, options, model=SyncModel) ->
+list[Finding]``; add one to ``FRONT_ENDS`` and every contract test (tests/test_contract.py) applies
+to it. ``model`` is a module class whose ``loss(x)`` is the step's body: by default an ``item()``
+and a ``nonzero`` on known lines of ``sync_scenario.py``.
 """
 
 from __future__ import annotations
@@ -43,16 +44,27 @@ def step_body(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return loss
 
 
-def plain_loop(logdir, dataset, steps, options):
+class SyncModel(torch.nn.Module):
+    """The sync scenario's step: ``step_body`` on a 4-to-1 linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        return step_body(self.linear, x)
+
+
+def plain_loop(logdir, dataset, steps, options, model=SyncModel):
     from profcallbacks import StepProfiler
 
     torch.manual_seed(0)
-    linear = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(linear.parameters(), lr=0.01)
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
     prof = StepProfiler(logdir, **options)
     with prof:
         for i, batch in enumerate(prof.wrap(DataLoader(dataset, batch_size=2))):
-            loss = step_body(linear, batch["x"])
+            loss = net.loss(batch["x"])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -62,7 +74,7 @@ def plain_loop(logdir, dataset, steps, options):
     return prof.findings
 
 
-def lightning_trainer(logdir, dataset, steps, options):
+def lightning_trainer(logdir, dataset, steps, options, model=SyncModel):
     pl = pytest.importorskip("lightning.pytorch")
     try:
         from profcallbacks.lightning import ProfilerCallback
@@ -72,10 +84,10 @@ def lightning_trainer(logdir, dataset, steps, options):
     class Module(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
+            self.net = model()
 
         def training_step(self, batch, batch_idx):
-            return step_body(self.linear, batch["x"])
+            return self.net.loss(batch["x"])
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -89,7 +101,7 @@ def lightning_trainer(logdir, dataset, steps, options):
     return callback.findings
 
 
-def hf_trainer(logdir, dataset, steps, options):
+def hf_trainer(logdir, dataset, steps, options, model=SyncModel):
     transformers = pytest.importorskip("transformers")
     try:
         from profcallbacks.hf import ProfilerCallback
@@ -99,10 +111,10 @@ def hf_trainer(logdir, dataset, steps, options):
     class Model(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
+            self.net = model()
 
         def forward(self, x):
-            return {"loss": step_body(self.linear, x)}
+            return {"loss": self.net.loss(x)}
 
     torch.manual_seed(0)
     callback = ProfilerCallback(logdir, **options)

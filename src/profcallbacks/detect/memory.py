@@ -182,7 +182,7 @@ class MemoryCreepDetector:
             details.update(device_total_mb=round(self.total_mb, 1), full_at_step=full)
             message += f"; at this rate the device is full at step {full:,}"
         if self.config.capture_sites:
-            message += ". A short memory capture looks for the lines that keep it."
+            message += "; a short memory capture looks for the lines that keep it"
         return Finding(MEMORY_CREEP, step, self.rank, "warning", message + ".", details,
                        capture="memory" if self.config.capture_sites else None)
 

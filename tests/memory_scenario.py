@@ -1,0 +1,23 @@
+"""User code that keeps memory on a known line, shared by the memory and contract tests."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+KEPT: list[torch.Tensor] = []
+
+
+def leaky_step(model: torch.nn.Module, x: torch.Tensor, keep_floats: int) -> torch.Tensor:
+    """A training-step body that keeps ``keep_floats`` float32 values alive per call."""
+    loss = model(x).pow(2).mean()
+    KEPT.append(torch.zeros(keep_floats))  # KEEPS
+    return loss
+
+
+def keep_location() -> str:
+    """``"path/to/memory_scenario.py:LINE"`` of the line that keeps the memory."""
+    with open(__file__, encoding="utf-8") as f:
+        line = next(i for i, text in enumerate(f, 1) if text.rstrip().endswith("# KEEPS"))
+    return f"{os.path.relpath(__file__)}:{line}"

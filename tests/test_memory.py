@@ -1,0 +1,161 @@
+"""Memory numbers, memory_creep alerts, the lines that keep memory, and out_of_memory findings."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from memory_scenario import KEPT, keep_location, leaky_step
+from profcallbacks import MemoryConfig, ProfilerConfig, StepProfiler
+from profcallbacks.detect.memory import MemoryCreepDetector, read_rss_mb
+from profcallbacks.detect.memory_sites import MemorySiteSpy
+from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
+from profcallbacks.layout import findings_file, steps_file
+
+QUIET = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
+             tensorboard_scalars=False, watch_capture_file=False)
+
+
+def run_detector(series, *, steps: int, every: int = 50, config: MemoryConfig | None = None):
+    """Feed ``series(step)`` MB to a detector at every ``every``-th step, with 2 MB of noise."""
+    noise = random.Random(0)
+    detector = MemoryCreepDetector(config or MemoryConfig(), rank=0)
+    return [f for step in range(every - 1, steps, every)
+            for f in detector.observe(step, series(step) + noise.uniform(-2, 2))]
+
+
+def test_growth_of_256_kb_per_step_is_flagged_with_its_rate():
+    findings = run_detector(lambda step: 500 + 0.25 * step, steps=2000)
+    assert [f.kind for f in findings] == [MEMORY_CREEP]
+    assert findings[0].step < 2000
+    assert findings[0].details["growth_mb_per_1k_steps"] == pytest.approx(250, rel=0.3)
+    assert findings[0].details["source"] == "process_rss"
+    assert findings[0].capture == "memory"
+
+
+def test_warm_up_growth_then_flat_raises_nothing():
+    findings = run_detector(lambda step: 300 + 2 * min(step, 100), steps=5000, every=10)
+    assert findings == []
+
+
+@pytest.mark.parametrize("jump_at", [300, 700, 1200, 2500])
+def test_one_jump_then_flat_raises_nothing(jump_at):
+    findings = run_detector(lambda step: 400 + (300 if step >= jump_at else 0), steps=5000)
+    assert findings == []
+
+
+def test_cache_growing_in_two_steps_raises_nothing():
+    findings = run_detector(lambda step: 400 + 128 * (step >= 900) + 128 * (step >= 1400),
+                            steps=5000)
+    assert findings == []
+
+
+def test_one_finding_per_episode_and_again_after_a_flat_spell():
+    def series(step):
+        return 500 + 0.25 * min(step, 3000) + 0.25 * max(step - 6000, 0)
+
+    findings = run_detector(series, steps=9000)
+    assert len(findings) == 2
+    assert findings[0].step < 2000 and 6000 < findings[1].step < 8000
+
+
+def test_cuda_total_gives_the_step_the_device_is_full():
+    detector = MemoryCreepDetector(MemoryConfig(warmup_steps=0, window_steps=100), rank=0,
+                                   source="cuda_allocated", total_mb=1100.0)
+    findings = [f for s in range(0, 100, 10) for f in detector.observe(s, 100.0 + s)]
+    assert findings[0].details["full_at_step"] == 70 + 930
+    assert "device is full at step 1,000" in findings[0].message
+
+
+def test_spy_names_the_user_line_of_kept_memory_also_through_libraries():
+    linear = torch.nn.Linear(256, 1024)
+    kept = []
+    with MemorySiteSpy() as spy:
+        for _ in range(3):
+            scratch = torch.randn(64, 256)
+            kept.append(linear(scratch))  # KEPT-HERE
+    del scratch
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("KEPT-HERE"))
+    sites = spy.alive_sites()
+    assert sites[0]["location"].endswith(f"test_memory.py:{line}")
+    assert sites[0]["count"] == 3 and sites[0]["bytes"] == 3 * 64 * 1024 * 4
+
+
+def test_bad_memory_options_are_rejected():
+    with pytest.raises(ValueError, match="window_steps=0"):
+        MemoryConfig(window_steps=0)
+    with pytest.raises(ValueError, match="sample_every_s=-1"):
+        MemoryConfig(sample_every_s=-1)
+    with pytest.raises(ValueError, match="memory='on'"):
+        ProfilerConfig(memory="on")
+
+
+def test_leaky_loop_is_flagged_with_its_rate_and_the_keeping_line(tmp_path):
+    """The issue's done-when: 256 KB kept per step, real RSS, real capture, exact line."""
+    assert read_rss_mb() is not None
+    model = torch.nn.Linear(16, 16)
+    KEPT.clear()
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
+    with prof:
+        for _ in range(2000):
+            leaky_step(model, torch.randn(4, 16), 64 * 1024).backward()
+            prof.step()
+    KEPT.clear()
+    creep = [f for f in prof.findings if f.kind == MEMORY_CREEP]
+    sites = [f for f in prof.findings if f.kind == MEMORY_SITES]
+    assert len(creep) == 1 and creep[0].step < 2000
+    assert creep[0].details["growth_mb_per_1k_steps"] == pytest.approx(256, rel=0.3)
+    assert sites and sites[0].details["sites"][0]["location"] == keep_location()
+    assert sites[0].details["sites"][0]["count"] == 3  # capture_steps=3, each kept 256 KB
+    assert [p.name for p in prof.captures] == [sites[0].details["capture"]]
+    rows = [json.loads(line) for line in steps_file(tmp_path, 0).read_text().splitlines()]
+    assert all(row["process_rss_mb"] > 0 for row in rows)
+    assert rows[-1]["process_rss_mb"] - rows[0]["process_rss_mb"] > 300
+
+
+def test_flat_loop_raises_nothing(tmp_path):
+    model = torch.nn.Linear(16, 16)
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
+    with prof:
+        for _ in range(1500):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    assert [f for f in prof.findings if f.kind.startswith("memory")] == []
+    assert prof.captures == []
+
+
+def test_out_of_memory_is_in_the_findings_file_before_the_error_propagates(tmp_path):
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
+    with pytest.raises(MemoryError):
+        with prof:
+            for step in range(60):
+                if step == 55:
+                    assert not findings_file(tmp_path, 0).exists()
+                    raise MemoryError("cannot allocate 80 GB")
+                prof.step()
+    written = [json.loads(line) for line in findings_file(tmp_path, 0).read_text().splitlines()]
+    assert [f["kind"] for f in written] == [OUT_OF_MEMORY]
+    assert written[0]["step"] == 55 and written[0]["severity"] == "error"
+    assert written[0]["details"]["memory"]["process_rss_mb"] > 0
+    assert "cannot allocate 80 GB" in written[0]["details"]["error"]
+
+
+def test_other_errors_give_no_out_of_memory(tmp_path):
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
+    with pytest.raises(RuntimeError):
+        with prof:
+            prof.step()
+            raise RuntimeError("boom")
+    assert prof.findings == []
+
+
+def test_memory_off_writes_no_memory_fields(tmp_path):
+    prof = StepProfiler(tmp_path, memory=None, log_every_n_steps=5, **QUIET)
+    with prof:
+        for _ in range(10):
+            prof.step()
+    rows = [json.loads(line) for line in steps_file(tmp_path, 0).read_text().splitlines()]
+    assert rows and not any("process_rss_mb" in row for row in rows)

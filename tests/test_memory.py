@@ -14,6 +14,9 @@ from profcallbacks.detect.memory import MemoryCreepDetector, read_rss_mb
 from profcallbacks.detect.memory_sites import MemorySiteSpy
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
 from profcallbacks.layout import findings_file, steps_file
+from profcallbacks.report import build_report, locate_run
+from profcallbacks.report.html import render_html
+from profcallbacks.report.text import render_text
 
 QUIET = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
              tensorboard_scalars=False, watch_capture_file=False)
@@ -115,6 +118,16 @@ def test_leaky_loop_is_flagged_with_its_rate_and_the_keeping_line(tmp_path):
     assert all(row["process_rss_mb"] > 0 for row in rows)
     assert rows[-1]["process_rss_mb"] - rows[0]["process_rss_mb"] > 300
 
+    report = build_report(locate_run(tmp_path))
+    memory = report["memory"]
+    assert memory["source"] == "process_rss" and len(memory["samples"]) == len(rows) == 40
+    assert memory["per_rank"][0]["last_mb"] - memory["per_rank"][0]["first_mb"] > 300
+    assert [c["step"] for c in memory["creep"]] == [creep[0].step]
+    assert memory["sites"][0]["location"] == keep_location()
+    text = render_text(report)
+    assert f"    {keep_location()}  0.75 MB in 3 tensors (rank 0)" in text
+    assert "id=memory-plot" in render_html(report) and keep_location() in render_html(report)
+
 
 def test_flat_loop_raises_nothing(tmp_path):
     model = torch.nn.Linear(16, 16)
@@ -150,6 +163,15 @@ def test_other_errors_give_no_out_of_memory(tmp_path):
             prof.step()
             raise RuntimeError("boom")
     assert prof.findings == []
+
+
+def test_report_of_a_run_without_memory_numbers_has_no_memory_section(tmp_path):
+    prof = StepProfiler(tmp_path, memory=None, log_every_n_steps=5, **QUIET)
+    with prof:
+        for _ in range(10):
+            prof.step()
+    report = build_report(locate_run(tmp_path))
+    assert report["memory"] is None and "Memory (" not in render_text(report)
 
 
 def test_memory_off_writes_no_memory_fields(tmp_path):

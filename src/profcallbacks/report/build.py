@@ -6,8 +6,17 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks._version import __version__
-from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, STRAGGLER, SYNC_POINT
+from profcallbacks.findings import (
+    DATALOADER_STALL,
+    MEMORY_CREEP,
+    MEMORY_SITES,
+    OUT_OF_MEMORY,
+    STEP_SLOWDOWN,
+    STRAGGLER,
+    SYNC_POINT,
+)
 from profcallbacks.report.logdir import RunFiles, find_runs
+from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
 from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
@@ -27,6 +36,12 @@ ADVICE = {
                      "operators and data wait with an earlier capture of normal steps.",
     STRAGGLER: "Look at the slow rank's host (other jobs, throttling, slower disk or network) "
                  "and at its data shard; every other rank waits for it at each all-reduce.",
+    MEMORY_CREEP: "Find what keeps tensors from step to step (the memory_sites finding names the "
+                  "lines): lists of losses or outputs (store loss.item() or .detach() every N "
+                  "steps), caches keyed by batch, graphs kept through retain_graph.",
+    MEMORY_SITES: "Free or detach what these lines keep, or keep it on the host in bounded form.",
+    OUT_OF_MEMORY: "Lower the batch size or sequence length, use activation checkpointing or "
+                   "mixed precision, and check the memory_creep/memory_sites findings before it.",
 }
 
 
@@ -98,6 +113,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "top_operators": top_operators(traces, top),
         "findings": findings,
         "findings_by_kind": group_findings(findings),
+        "memory": memory_report(interval_rows, findings),
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
+from profcallbacks.report.memory import memory_html
 from profcallbacks.report.plot import step_time_svg
 
 _CSS = """
@@ -59,6 +60,7 @@ def render_html(report: dict[str, Any]) -> str:
                      f"(<b>{_pct(steps['data_wait_share'])}</b>).</p>")
         parts.append(_ranks(steps))
     parts.append(_breakdown(report["breakdown"]))
+    parts.append(memory_html(report.get("memory")))
     parts.append(_findings(report))
     parts.append(_captures(report["captures"]))
     parts.append(_operators(report["top_operators"]))

@@ -7,6 +7,7 @@ from typing import Any
 
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
+from profcallbacks.report.memory import memory_text
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -30,6 +31,7 @@ def render_text(report: dict[str, Any]) -> str:
     out += _breakdown_section(report["breakdown"])
     out += _captures_section(report["captures"])
     out += _operators_section(report["top_operators"])
+    out += memory_text(report.get("memory"))
     out += _findings_section(report["findings_by_kind"])
     if report["problems"]:
         out.append("Files that could not be read")

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU check (a few minutes on one NVIDIA GPU): real sync detection with blocking time, no syncs added
-# by profcallbacks, CUDA activity in traces. Usage: scripts/gpu_check.sh   (needs a CUDA torch build)
+# by profcallbacks, CUDA activity in traces, memory (allocator numbers without syncs, creep on
+# cuda_allocated, sites and the CUDA memory snapshot of a memory capture, out_of_memory).
+# Usage: scripts/gpu_check.sh   (needs a CUDA torch build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python - <<'PY' || { echo "SUMMARY: no CUDA device, nothing checked"; exit 2; }
@@ -9,7 +11,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "device:",
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 sys.exit(0 if torch.cuda.is_available() else 1)
 PY
-python -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider -rA 2>&1 | tail -15
+python -m pytest -m gpu tests/test_gpu.py tests/test_gpu_memory.py -q -p no:cacheprovider -rA 2>&1 | tail -15
 tests_rc=${PIPESTATUS[0]}
 python - <<'PY'
 """Measured numbers: step time bare vs profiled (no capture), and the audit's blocking time."""

@@ -9,10 +9,11 @@ import torch
 KEPT: list[torch.Tensor] = []
 
 
-def leaky_step(model: torch.nn.Module, x: torch.Tensor, keep_floats: int) -> torch.Tensor:
+def leaky_step(model: torch.nn.Module, x: torch.Tensor, keep_floats: int,
+               device: str = "cpu") -> torch.Tensor:
     """A training-step body that keeps ``keep_floats`` float32 values alive per call."""
     loss = model(x).pow(2).mean()
-    KEPT.append(torch.zeros(keep_floats))  # KEEPS
+    KEPT.append(torch.zeros(keep_floats, device=device))  # KEEPS
     return loss
 
 

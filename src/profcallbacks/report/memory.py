@@ -119,4 +119,4 @@ def _svg(memory: dict[str, Any]) -> str:
               f'</text><text class=tick x=4 y={PAD}>{y1:,.0f} MB</text>'
               f'<text class=tick x=4 y={HEIGHT - PAD}>0</text>')
     return (f'<svg id=memory-plot width={WIDTH} height={HEIGHT} viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'xmlns="http://www.w3.org/2000/svg">{lines}{labels}</svg>')
+            f'role=img>{lines}{labels}</svg>')

@@ -16,10 +16,10 @@ model = torch.nn.Linear(16, 16)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 history = []
 # sample_every_s=0: a memory sample at every step summary even when 50 steps take under a second
-prof = StepProfiler(sys.argv[1] if len(sys.argv) > 1 else "runs/leak", schedule=None,
+prof = StepProfiler(sys.argv[1] if len(sys.argv) > 1 else "runs/leak", schedule=None, slowdown=None,
                     memory=MemoryConfig(sample_every_s=0))
 with prof:
-    for step in range(2000):
+    for _ in range(2000):
         loss = model(torch.randn(4, 16)).pow(2).mean()
         opt.zero_grad()
         loss.backward()

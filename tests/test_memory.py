@@ -39,8 +39,10 @@ def test_growth_of_256_kb_per_step_is_flagged_with_its_rate():
     assert findings[0].capture == "memory"
 
 
-def test_warm_up_growth_then_flat_raises_nothing():
-    findings = run_detector(lambda step: 300 + 2 * min(step, 100), steps=5000, every=10)
+@pytest.mark.parametrize("warmup_steps", [200, 0])
+def test_warm_up_growth_then_flat_raises_nothing(warmup_steps):
+    findings = run_detector(lambda step: 300 + 2 * min(step, 100), steps=5000, every=10,
+                            config=MemoryConfig(warmup_steps=warmup_steps))
     assert findings == []
 
 

@@ -148,7 +148,7 @@ class MemoryCreepDetector:
         if len(window) < self.config.min_samples or \
                 window[-1][0] - window[0][0] < self.config.window_steps // 2:
             return []
-        rate = theil_sen(_thin(window, 64))
+        rate = theil_sen(_thin(window, 32))  # 496 pairs: about 0.1 ms
         limit = self.config.min_rate_mb_per_1k_steps / 1000
         if rate < limit / 2:
             self._alerted = False
@@ -175,8 +175,8 @@ class MemoryCreepDetector:
             "growth_mb_per_1k_steps": round(per_1k, 1), "source": self.source,
             "first_step": first, "current_mb": round(mb, 1),
             "projected_mb_in_10k_steps": round(mb + per_1k * 10, 1)}
-        message = (f"memory ({self.source}) grows {per_1k:,.0f} MB per 1,000 steps since about "
-                   f"step {first}: {mb:,.0f} MB now, {mb + per_1k * 10:,.0f} MB in 10,000 steps")
+        message = (f"memory ({self.source}) grows {per_1k:,.0f} MB per 1,000 steps since step "
+                   f"{first} or earlier: {mb:,.0f} MB now, {mb + per_1k * 10:,.0f} MB in 10,000 steps")
         if self.total_mb is not None:
             full = step + int(max(self.total_mb - mb, 0.0) / rate)
             details.update(device_total_mb=round(self.total_mb, 1), full_at_step=full)

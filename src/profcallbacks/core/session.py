@@ -263,12 +263,12 @@ class ProfilingSession:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
         self._captures.begin_step(self.step, now)
         self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
-        if self._auditor is not None:
-            self._start_audit_if_due()
         active = self._captures.active
         if self._memory is not None and (active is not None or self._memory.busy):
-            for finding in self._memory.window_step(self.step, active):
-                self.emit(finding)
+            for finding in self._memory.window_step(self.step, active):  # before the audit's
+                self.emit(finding)  # spy starts: dispatch modes leave in the order they came
+        if self._auditor is not None:
+            self._start_audit_if_due()
         self._step_start = self._clock()
         self._step_start_ns = wall_ns() if active is not None else 0
         self._wait_from = self._step_start

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 
 import torch
@@ -22,3 +25,18 @@ def keep_location() -> str:
     with open(__file__, encoding="utf-8") as f:
         line = next(i for i, text in enumerate(f, 1) if text.rstrip().endswith("# KEEPS"))
     return f"{os.path.relpath(__file__)}:{line}"
+
+
+def release() -> None:
+    """Drop what ``KEPT`` holds and hand freed heap back to the OS (glibc ``malloc_trim``).
+
+    Without it the next test's kept tensors reuse freed, still resident pages and its resident
+    memory does not grow: the test would see another process than a fresh one.
+    """
+    KEPT.clear()
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        libc = ctypes.CDLL(name)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from front_ends import FRONT_ENDS, OPTIONS, STEPS, SleepyDataset
-from memory_scenario import KEPT, keep_location, leaky_step
+from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig
 from sync_scenario import EXPECTED
 
@@ -56,10 +56,10 @@ MEMORY_OPTIONS = dict(schedule=None, tensorboard_scalars=False, slowdown=None, s
 
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_kept_memory_gives_the_same_creep_and_sites(tmp_path, front_end):
-    KEPT.clear()
+    release()
     findings = FRONT_ENDS[front_end](tmp_path, SleepyDataset(0.0), 120, MEMORY_OPTIONS,
                                      model=LeakyModel)
-    KEPT.clear()
+    release()
     creep = [f for f in findings if f.kind == "memory_creep"]
     sites = [f for f in findings if f.kind == "memory_sites"]
     assert len(creep) == 1 and creep[0].details["source"] == "process_rss"

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from memory_scenario import KEPT, keep_location, leaky_step
+from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, StepProfiler
 from profcallbacks.detect.memory import read_cuda_mb
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
@@ -39,13 +39,13 @@ def test_reading_cuda_memory_never_syncs():
 
 def test_cuda_leak_is_flagged_with_rate_full_step_sites_and_snapshot(tmp_path):
     model = OnDevice().cuda()
-    KEPT.clear()
+    release()
     prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
     with prof:
         for _ in range(2000):
             leaky_step(model, torch.randn(4, 16), 64 * 1024, device="cuda").backward()
             prof.step()
-    KEPT.clear()
+    release()
     creep = [f for f in prof.findings if f.kind == MEMORY_CREEP]
     sites = [f for f in prof.findings if f.kind == MEMORY_SITES]
     assert len(creep) == 1 and creep[0].details["source"] == "cuda_allocated"

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from memory_scenario import KEPT, keep_location, leaky_step
+from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, ProfilerConfig, StepProfiler
 from profcallbacks.detect.memory import MemoryCreepDetector, read_rss_mb
 from profcallbacks.detect.memory_sites import MemorySiteSpy
@@ -102,13 +102,13 @@ def test_leaky_loop_is_flagged_with_its_rate_and_the_keeping_line(tmp_path):
     """The issue's done-when: 256 KB kept per step, real RSS, real capture, exact line."""
     assert read_rss_mb() is not None
     model = torch.nn.Linear(16, 16)
-    KEPT.clear()
+    release()
     prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
     with prof:
         for _ in range(2000):
             leaky_step(model, torch.randn(4, 16), 64 * 1024).backward()
             prof.step()
-    KEPT.clear()
+    release()
     creep = [f for f in prof.findings if f.kind == MEMORY_CREEP]
     sites = [f for f in prof.findings if f.kind == MEMORY_SITES]
     assert len(creep) == 1 and creep[0].step < 2000

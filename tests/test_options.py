@@ -5,6 +5,7 @@ import math
 import pytest
 
 from profcallbacks import (
+    MemoryConfig,
     ProfilerConfig,
     RankInfo,
     Schedule,
@@ -56,6 +57,12 @@ BAD = [
     (ProfilerConfig, {"ranks": ()}, "ranks"),
     (ProfilerConfig, {"capture_steps": MAX_CAPTURE_STEPS + 1}, "capture_steps"),
     (ProfilerConfig, {"max_captures": 2.0}, "max_captures"),
+    (ProfilerConfig, {"memory": True}, "memory"),
+    (MemoryConfig, {"sample_every_s": NAN}, "sample_every_s"),
+    (MemoryConfig, {"window_steps": 4}, "window_steps"),
+    (MemoryConfig, {"min_rate_mb_per_1k_steps": 0}, "min_rate_mb_per_1k_steps"),
+    (MemoryConfig, {"capture_sites": "yes"}, "capture_sites"),
+    (MemoryConfig, {"hold_steps": 10**12}, "hold_steps"),
     (RankInfo, {"rank": 0, "local_rank": 1, "world_size": 0, "host": 1}, "world_size"),
     (RankInfo, {"rank": 3, "world_size": 2}, "rank"),
     (RankInfo, {"host": ""}, "host"),

@@ -64,7 +64,8 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         owner = "MemoryConfig"
-        check_number(owner, "sample_every_s", self.sample_every_s, minimum=0.0, example=1.0)
+        check_number(owner, "sample_every_s", self.sample_every_s, minimum=0.0, maximum=3600.0,
+                     example=1.0)
         check_int(owner, "warmup_steps", self.warmup_steps, example=200)
         check_int(owner, "window_steps", self.window_steps, minimum=8, example=1000)
         check_int(owner, "min_samples", self.min_samples, minimum=_SEGMENTS * 2, example=8)

@@ -294,3 +294,17 @@ def test_memory_numbers_reach_the_sinks_at_summaries_at_most_once_per_interval(
     assert [step for step, values in seen if "profcallbacks/process_rss_mb" in values] == sampled_at
     rows = [json.loads(line) for line in steps_file(tmp_path, 0).read_text().splitlines()]
     assert [row["last_step"] for row in rows if "process_rss_mb" in row] == sampled_at
+
+
+def test_memory_scalars_are_in_tensorboard(tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    options = dict(QUIET, tensorboard_scalars=True)
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), log_every_n_steps=10,
+                        **options)
+    with prof:
+        for _ in range(30):
+            prof.step()
+    events = event_accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    rss = events.Scalars("profcallbacks/process_rss_mb")
+    assert [e.step for e in rss] == [9, 19, 29] and all(e.value > 0 for e in rss)

@@ -308,3 +308,17 @@ def test_memory_scalars_are_in_tensorboard(tmp_path):
     events.Reload()
     rss = events.Scalars("profcallbacks/process_rss_mb")
     assert [e.step for e in rss] == [9, 19, 29] and all(e.value > 0 for e in rss)
+
+
+def test_memory_capture_counts_towards_max_captures(tmp_path):
+    from profcallbacks import Schedule
+
+    options = dict(QUIET, schedule=Schedule(skip_first=2, warmup=0, active=1), max_captures=1)
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **options)
+    with prof:
+        for step in range(30):
+            if step == 10:
+                prof.session.request_capture(trigger="memory")
+            prof.step()
+    assert [p.name for p in prof.captures] == ["step000002-schedule"]
+    assert [f.kind for f in prof.findings] == []

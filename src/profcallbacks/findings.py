@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from profcallbacks.core.faults import RecoveringAppender
+
 log = logging.getLogger("profcallbacks")
 
 Severity = Literal["info", "warning", "error"]
@@ -68,14 +70,22 @@ FindingHandler = Callable[[Finding], None]
 
 
 class FindingsFile:
-    """Appends findings as JSON lines; one file per rank so ranks never share a file."""
+    """Appends findings as JSON lines; one file per rank so ranks never share a file.
+
+    Never raises: a finding that cannot be written (disk full, read-only) is kept and written
+    later, with one warning per episode of failures (:class:`RecoveringAppender`).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._out = RecoveringAppender(path, "findings")
 
     def __call__(self, finding: Finding) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(finding.to_dict(), default=str) + "\n")
+        self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
+
+    def close(self) -> None:
+        """Write what is left; never raises."""
+        self._out.close()
 
 
 def log_finding(finding: Finding) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.core.faults import describe_error
 from profcallbacks.layout import STAGING_DIR, trace_file_name
 
 log = logging.getLogger(__name__)
@@ -91,9 +92,9 @@ class TraceExporter:
             try:
                 self._export(job)
             except Exception as exc:  # export faults never reach the training thread
-                log.warning("profcallbacks: could not export capture %s (%s: %s); training "
+                log.warning("profcallbacks: could not export capture %s (%s); training "
                             "continues and later captures are still tried.",
-                            job.info.name, type(exc).__name__, exc)
+                            job.info.name, describe_error(exc, self._staging))
                 self._discard(job.info)
             finally:
                 self._queue.task_done()
@@ -124,7 +125,7 @@ class TraceExporter:
             self._try_publish(name, force=force)
         except OSError as exc:
             log.warning("profcallbacks: could not publish capture %s yet (%s); it stays in %s.",
-                        name, exc, self._staging)
+                        name, describe_error(exc, self._staging), self._staging)
             if force:
                 self._waiting.discard(name)
 
@@ -159,8 +160,9 @@ class TraceExporter:
 
     def _discard(self, info: CaptureInfo) -> None:
         stage = self._staging / info.name
-        for path in stage.glob(f".{info.rank.worker}*"):
-            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # e.g. a read-only file system: reported at next start
+            for path in stage.glob(f".{info.rank.worker}*"):
+                path.unlink(missing_ok=True)
         self._waiting.discard(info.name)
 
 

@@ -70,6 +70,7 @@ class ProfilingSession:
         self._times = StepTimes(interval=config.log_every_n_steps)
         self._tensorboard: TensorBoardWriter | None = None
         self._publisher: SummaryPublisher | None = None
+        self._findings_file: FindingsFile | None = None
         self.step = start_step
         self._step_start = 0.0
         self._step_start_ns = 0
@@ -132,7 +133,8 @@ class ProfilingSession:
         """Create the log directory and start timing step ``start_step``."""
         _prepare_logdir(self.logdir)
         rank = self.rank.rank
-        self._router.add_handler(FindingsFile(findings_file(self.logdir, rank)))
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
             self._tensorboard.start()  # import and create now, not inside a timed step
@@ -258,6 +260,8 @@ class ProfilingSession:
                 self._publisher.close()
             if self._tensorboard is not None:
                 self._tensorboard.close()
+            if self._findings_file is not None:
+                self._findings_file.close()
 
     def _begin_step(self, now: float) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.faults import RecoveringAppender
 from profcallbacks.core.timing import IntervalSummary
 from profcallbacks.findings import Finding
 
@@ -21,14 +26,16 @@ MetricsSink = Callable[[dict[str, float], int], None]
 class TensorBoardWriter:
     """Scalars and findings as TensorBoard data, next to the run's own scalars.
 
-    Scalars are buffered and handed to the ``SummaryWriter`` at most every ``batch_s`` seconds:
-    each hand-over wakes its writer thread, which then competes with training for the GIL.
+    Events are encoded here and appended to one ``events.out.tfevents.*`` file at most every
+    ``batch_s`` seconds (findings at once), on the calling thread: no writer thread competes with
+    training for the GIL or prints a traceback when the disk fills up. A write that fails (disk
+    full, read-only) is undone, warned about once and retried (:class:`RecoveringAppender`).
     Without ``tensorboard`` installed this sink says so once and turns itself off.
     """
 
     def __init__(self, logdir: Path, *, batch_s: float = 5.0) -> None:
         self._logdir = logdir
-        self._writer: Any = None
+        self._file: RecoveringAppender | None = None
         self._disabled = False
         self._batch_s = batch_s
         self._buffer: list[tuple[dict[str, float], int]] = []
@@ -37,17 +44,21 @@ class TensorBoardWriter:
     def start(self) -> None:
         self._get()
 
-    def _get(self) -> Any:
-        if self._writer is None and not self._disabled:
+    def _get(self) -> RecoveringAppender | None:
+        if self._file is None and not self._disabled:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from tensorboard.compat.proto.event_pb2 import Event
             except ImportError:
                 log.info("profcallbacks: tensorboard is not installed, so no scalars are written "
                          "(pip install 'profcallbacks[tensorboard]').")
                 self._disabled = True
                 return None
-            self._writer = SummaryWriter(log_dir=str(self._logdir))
-        return self._writer
+            name = (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
+                    f"{os.getpid()}.{next(_EVENT_FILES)}")
+            header = _record(Event(wall_time=time.time(), file_version="brain.Event:2"))
+            self._file = RecoveringAppender(self._logdir / name, "TensorBoard events", header=header)
+            self._file.flush(force=True)
+        return self._file
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         self._buffer.append((values, step))
@@ -57,47 +68,77 @@ class TensorBoardWriter:
             self._write_buffer()
 
     def _write_buffer(self) -> None:
-        writer = self._get()
+        out = self._get()
         buffer, self._buffer = self._buffer, []
-        if writer is not None:
-            for values, step in buffer:
-                for tag, value in values.items():
-                    writer.add_scalar(tag, value, step)
+        if out is None or not buffer:
+            return
+        from torch.utils.tensorboard.summary import scalar
+
+        wall = time.time()
+        for values, step in buffer:
+            for tag, value in values.items():
+                out.append(_event(scalar(tag, value), step, wall), flush=False)
+        out.flush()
 
     def finding(self, finding: Finding) -> None:
-        writer = self._get()
-        if writer is not None:
-            writer.add_text(f"profcallbacks/findings/{finding.kind}",
-                            f"**{finding.severity}** (rank {finding.rank}): {finding.message}",
-                            finding.step)
-            writer.flush()
+        out = self._get()
+        if out is not None:
+            from torch.utils.tensorboard.summary import text
+
+            message = f"**{finding.severity}** (rank {finding.rank}): {finding.message}"
+            out.append(_event(text(f"profcallbacks/findings/{finding.kind}", message),
+                              finding.step, time.time()))
 
     def close(self) -> None:
-        self._write_buffer()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Write what is buffered; never raises (a failure is a warning)."""
+        try:
+            self._write_buffer()
+        except Exception as exc:
+            log.warning("profcallbacks: TensorBoard scalars could not be written (%s).", exc)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+_EVENT_FILES = itertools.count()
+
+
+def _record(event: Any) -> bytes:
+    """One TFRecord: length, masked CRC of the length, the event, masked CRC of the event."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    out = io.BytesIO()
+    RecordWriter(out).write(event.SerializeToString())
+    return out.getvalue()
+
+
+def _event(summary: Any, step: int, wall_time: float) -> bytes:
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    return _record(Event(wall_time=wall_time, step=step, summary=summary))
 
 
 class StepsFile:
     """Appends one JSON line per step-time summary, for ``profcallbacks report``.
 
-    Kept open (line-buffered) for the whole run: opening a file costs far more than a step's
-    budget on a slow or shared disk.
+    A line that cannot be written (disk full, read-only) is kept in memory and written later;
+    the file is opened for each line (a few tens of microseconds, once per summary interval) so
+    no descriptor pins a file system that is being remounted.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._out = RecoveringAppender(path, "step summaries")
 
     def write(self, summary: IntervalSummary, rank: int,
               fields: dict[str, float] | None = None) -> None:
         row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
                "steps": summary.steps, **summary.scalars(), **(fields or {})}
-        self._file.write(json.dumps(row) + "\n")
+        self._out.append((json.dumps(row) + "
+").encode())
 
     def close(self) -> None:
-        self._file.close()
+        self._out.close()
 
 
 def metric_names(summary: IntervalSummary, prefix: str) -> dict[str, float]:
@@ -149,5 +190,6 @@ class SummaryPublisher:
                 self._steps_file = None
 
     def close(self) -> None:
+        """Write what is left; never raises."""
         if self._steps_file is not None:
             self._steps_file.close()

@@ -1,0 +1,61 @@
+"""Real file-system faults for tests: a small tmpfs that can fill up or turn read-only."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+class SmallDisk:
+    """A tmpfs of ``size`` bytes mounted by the test (root only)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._filler = root / ".filler"
+
+    def fill(self) -> None:
+        """Write until the disk is full (the next write of any size gets ENOSPC)."""
+        fd = os.open(self._filler, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            for size in (64 << 10, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * size)
+        finally:
+            os.close(fd)
+        probe = self.root / ".probe"
+        with pytest.raises(OSError) as info, open(probe, "wb") as f:
+            f.write(b"x")
+        probe.unlink(missing_ok=True)
+        assert info.value.errno == errno.ENOSPC
+
+    def free(self) -> None:
+        self._filler.unlink(missing_ok=True)
+
+    def read_only(self, on: bool) -> None:
+        subprocess.run(["mount", "-o", "remount," + ("ro" if on else "rw"), str(self.root)],
+                       check=True)
+
+
+@pytest.fixture
+def small_disk() -> Iterator[SmallDisk]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI and the dev container run tests as root)")
+    root = Path(tempfile.mkdtemp(prefix="profcallbacks-tmpfs-"))
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(root)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        root.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()})")
+    try:
+        yield SmallDisk(root)
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+        root.rmdir()

@@ -1,0 +1,148 @@
+"""Issue 17 item 1: a full or read-only disk never reaches training; sinks recover when it clears."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from faults_helpers import SmallDisk, small_disk  # noqa: F401  (fixture)
+
+from helpers import tiny_model, train_step
+from profcallbacks import Schedule, StepProfiler
+from profcallbacks.core.faults import RecoveringAppender
+from profcallbacks.findings import Finding, FindingsFile
+
+
+def _run(disk: SmallDisk, fault_on, fault_off, *, steps: int = 250) -> tuple[int, list[str]]:
+    """Trains ``steps`` steps with the fault from step 30 to 200; returns steps done and warnings."""
+    logdir = disk.root / "run"
+    model, opt = tiny_model()
+    schedule = Schedule(skip_first=60, warmup=0, active=2, repeat=1)  # a capture while faulty
+    done = 0
+    with StepProfiler(logdir, schedule=schedule, log_every_n_steps=10, stall=None,
+                      slowdown=None, sync_audit=False) as prof:
+        for step in range(steps):
+            if step == 30:
+                fault_on()
+            if step == 200:
+                fault_off()
+            train_step(model, opt)
+            prof.step()
+            done += 1
+    return done, []
+
+
+def _rows(disk: SmallDisk) -> list[dict]:
+    path = disk.root / "run" / "profcallbacks" / "rank0.steps.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_disk_full_mid_run_warns_once_recovers_and_never_raises(small_disk, caplog, capfd):
+    with caplog.at_level(logging.WARNING):
+        done, _ = _run(small_disk, small_disk.fill, small_disk.free)
+    after_the_with_block = True  # where users save their model
+    assert after_the_with_block and done == 250
+    warnings = _warnings(caplog)
+    steps_warnings = [w for w in warnings if "cannot write step summaries" in w]
+    assert len(steps_warnings) == 1 and "disk full" in steps_warnings[0]
+    assert any("could not export capture step000060" in w and "disk full" in w for w in warnings)
+    assert any("step summaries" in w and "works again" in w for w in warnings)
+    rows = _rows(small_disk)  # summaries of the full-disk stretch were kept and written later
+    assert [r["last_step"] for r in rows] == list(range(9, 250, 10))
+    assert "Exception in thread" not in capfd.readouterr().err
+
+
+def test_read_only_mid_run_warns_once_recovers_and_never_raises(small_disk, caplog, capfd):
+    with caplog.at_level(logging.WARNING):
+        done, _ = _run(small_disk, lambda: small_disk.read_only(True),
+                       lambda: small_disk.read_only(False))
+    assert done == 250
+    warnings = _warnings(caplog)
+    steps_warnings = [w for w in warnings if "cannot write step summaries" in w]
+    assert len(steps_warnings) == 1 and "read-only" in steps_warnings[0]
+    assert any("could not export capture step000060" in w and "read-only" in w for w in warnings)
+    assert [r["last_step"] for r in _rows(small_disk)] == list(range(9, 250, 10))
+    assert "Exception in thread" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_fault_at_close_does_not_raise(small_disk, caplog, capfd, fault):
+    model, opt = tiny_model()
+    schedule = Schedule(skip_first=15, warmup=0, active=10, repeat=1)  # still open at close
+    with caplog.at_level(logging.WARNING), StepProfiler(small_disk.root / "run", schedule=schedule,
+                                                        log_every_n_steps=7) as prof:
+        for _ in range(20):
+            train_step(model, opt)
+            prof.step()
+        small_disk.fill() if fault == "full" else small_disk.read_only(True)
+    after_the_with_block = True
+    assert after_the_with_block
+    if fault == "read-only":  # (a full tmpfs still takes small appends into a page it holds)
+        assert any("could not be written" in w and "step summaries" in w for w in _warnings(caplog))
+    assert any("could not export capture step000015-schedule-partial" in w
+               and ("disk full" if fault == "full" else "read-only") in w for w in _warnings(caplog))
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_tensorboard_events_survive_a_read_only_stretch(small_disk, caplog, capfd):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logdir = small_disk.root / "run"
+    model, opt = tiny_model()
+    with caplog.at_level(logging.WARNING), StepProfiler(logdir, schedule=None,
+                                                        log_every_n_steps=5) as prof:
+        tb = prof.session._tensorboard
+        assert tb is not None
+        for step in range(40):
+            if step == 10:
+                small_disk.read_only(True)
+                tb._next_write = 0.0  # a batch is due while the disk is read-only
+            if step == 30:
+                small_disk.read_only(False)
+            train_step(model, opt)
+            prof.step()
+    tb_warnings = [w for w in _warnings(caplog) if "TensorBoard events" in w]
+    assert len(tb_warnings) == 2 and "read-only" in tb_warnings[0]  # the episode and its end
+    assert "works again" in tb_warnings[1]
+    assert "Exception in thread" not in capfd.readouterr().err
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("profcallbacks/step_time_ms")]
+    assert steps == list(range(4, 40, 5))  # every summary, none lost
+
+
+def test_findings_file_keeps_findings_through_a_full_disk(small_disk, caplog):
+    path = small_disk.root / "rank0.findings.jsonl"
+    clock = [0.0]
+    sink = FindingsFile(path)
+    sink._out = RecoveringAppender(path, "findings", clock=lambda: clock[0])
+    with caplog.at_level(logging.WARNING):
+        small_disk.fill()  # before the first line (a tmpfs page already held takes small appends)
+        for step in range(1, 6):
+            sink(Finding("step_slowdown", step=step, rank=0, severity="warning", message="b"))
+            clock[0] += 10.0  # retries are due
+        small_disk.free()
+        sink(Finding("step_slowdown", step=6, rank=0, severity="warning", message="c"))
+        sink.close()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    failures = [w for w in _warnings(caplog) if "cannot write findings" in w]
+    assert len(failures) == 1 and "disk full" in failures[0]
+
+
+@pytest.mark.parametrize("start_full", [True, False])
+def test_a_half_written_record_is_truncated_away(small_disk, start_full):
+    path = small_disk.root / "f.jsonl"
+    out = RecoveringAppender(path, "rows", retry_s=0.0)
+    out.append(b"first\n")
+    small_disk.fill()
+    out.append(b"x" * 100_000 + b"\n")  # cannot fit: nothing of it may stay in the file
+    assert path.read_bytes() == b"first\n"
+    small_disk.free()
+    out.append(b"third\n")
+    assert path.read_bytes() == b"first\n" + b"x" * 100_000 + b"\nthird\n"

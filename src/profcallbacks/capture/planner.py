@@ -85,7 +85,8 @@ class CapturePlanner:
         self._next_due = self._due_from(0)
 
     def request(self, active: int, trigger: str) -> None:
-        """Ask for a window of ``active`` recorded steps as soon as possible."""
+        """Ask for a window of ``active`` recorded steps (at most ``MAX_CAPTURE_STEPS``) soon."""
+        active = min(active, MAX_CAPTURE_STEPS)
         if self._pending is None or active > self._pending.active:
             self._pending = CaptureRequest(active=active, trigger=trigger)
 

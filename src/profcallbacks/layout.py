@@ -35,7 +35,11 @@ STAGING_DIR = ".profcallbacks-staging"
 CAPTURE_FILE = "CAPTURE"
 """A file of this name in the log directory asks a running job for a capture."""
 
-CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?$")
+RUN_LOCK = "run.lock"
+"""``<logdir>/profcallbacks/run.lock``: host and pid of the run writing into the log directory."""
+
+CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?(?:-(\d+))?$")
+"""``step000120-schedule``; ``-2``, ``-3`` ... follow when an earlier run took the name."""
 TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
 """The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
 RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
@@ -44,6 +48,16 @@ RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
 def capture_dir_name(first_step: int, trigger: str, *, partial: bool = False) -> str:
     """``step000120-schedule``: the first captured step and what triggered the capture."""
     return f"step{first_step:06d}-{trigger}" + ("-partial" if partial else "")
+
+
+def numbered_capture_dir(name: str, number: int) -> str:
+    """``name`` for the first run to publish it, ``name-2``, ``name-3`` ... for later runs."""
+    return name if number <= 1 else f"{name}-{number}"
+
+
+def run_lock_file(logdir: Path) -> Path:
+    """The run marker of the one live run in ``logdir``."""
+    return logdir / META_DIR / RUN_LOCK
 
 
 def parse_capture_dir(name: str) -> tuple[int, str, bool] | None:

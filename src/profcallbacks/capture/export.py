@@ -16,7 +16,7 @@ from typing import Any
 
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.faults import describe_error
-from profcallbacks.layout import STAGING_DIR, trace_file_name
+from profcallbacks.layout import STAGING_DIR, numbered_capture_dir, trace_file_name
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +142,21 @@ class TraceExporter:
             (stage / ".publishing").mkdir()
         except (FileExistsError, FileNotFoundError):
             return  # another rank is publishing (or just has)
-        final = self._logdir / name
         for path in ready:
             os.replace(path, stage / path.name[: -len(_READY)])
-        if final.exists():  # published earlier without us: move our files in one by one
-            for path in stage.glob("*.pt.trace.json.gz"):
-                os.replace(path, final / path.name)
+        files = [path.name[: -len(_READY)] for path in ready]
+        final = free_capture_dir(self._logdir, name, files)
+        try:
+            if final.exists():
+                raise FileExistsError(final)
+            os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
+        except OSError:  # published earlier (another rank of this run): move our files in
+            if not final.is_dir():
+                raise
+            for file in files:
+                os.replace(stage / file, final / file)
             _remove_tree(stage)
         else:
-            os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
             (final / ".publishing").rmdir()
         self.exported.append(final)
         self._waiting.discard(name)
@@ -164,6 +170,76 @@ class TraceExporter:
             for path in stage.glob(f".{info.rank.worker}*"):
                 path.unlink(missing_ok=True)
         self._waiting.discard(info.name)
+
+
+def free_capture_dir(logdir: Path, name: str, files: list[str]) -> Path:
+    """Where to publish ``files`` of capture ``name``: never over a file an earlier run published.
+
+    ``logdir/name`` unless it holds one of ``files`` already (a restarted run that took the same
+    capture again); then ``name-2``, ``name-3`` ... The ranks of one run pick the same directory.
+    """
+    number = 1
+    while True:
+        final = logdir / numbered_capture_dir(name, number)
+        if not final.exists() or not any((final / file).exists() for file in files):
+            return final
+        number += 1
+
+
+def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
+    """Finish publishes a killed run left in staging; returns one line per thing done.
+
+    Staged trace files that were complete (``.ready``) are published (never over an earlier
+    capture); half-written ones (``.writing``, ``.raw.json``) are removed; a leftover
+    ``.publishing`` lock is removed, also from a published capture directory. Only entries
+    modified before ``older_than`` (seconds since the epoch, the file server's clock) are
+    touched: they belong to no live run. Never raises.
+    """
+    done: list[str] = []
+    staging = logdir / STAGING_DIR
+    for published in _listdir(logdir):
+        lock = logdir / published / ".publishing"
+        if lock.is_dir() and _safe(lambda lock=lock: lock.rmdir()):
+            done.append(f"removed a leftover publish lock from {published}")
+    exporter = TraceExporter(logdir)
+    for name in _listdir(staging):
+        stage = staging / name
+        try:
+            if not stage.is_dir() or stage.stat().st_mtime >= older_than:
+                continue
+            with contextlib.suppress(OSError):
+                (stage / ".publishing").rmdir()
+            broken = [p for p in stage.iterdir() if p.name.endswith((".writing", ".raw.json"))]
+            for path in broken:
+                path.unlink()
+            if broken:
+                done.append(f"removed {len(broken)} half-written trace file(s) of capture {name}")
+            if any(stage.glob("*" + _READY)):
+                exporter._try_publish(name, force=True)
+                done.append(f"published stranded capture {name} as {exporter.exported[-1].name}")
+            else:
+                _remove_tree(stage)
+        except OSError as exc:
+            done.append(f"could not recover capture {name} ({describe_error(exc, stage)}); it "
+                        f"stays in {staging}")
+    with contextlib.suppress(OSError):
+        staging.rmdir()
+    return done
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _safe(action: Any) -> bool:
+    try:
+        action()
+    except OSError:
+        return False
+    return True
 
 
 def _remove_tree(path: Path) -> None:

@@ -14,6 +14,7 @@ from profcallbacks.capture.window import wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.runlock import RunLock, claim_logdir
 from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
@@ -71,6 +72,7 @@ class ProfilingSession:
         self._tensorboard: TensorBoardWriter | None = None
         self._publisher: SummaryPublisher | None = None
         self._findings_file: FindingsFile | None = None
+        self._lock: RunLock | None = None
         self.step = start_step
         self._step_start = 0.0
         self._step_start_ns = 0
@@ -132,6 +134,14 @@ class ProfilingSession:
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
         _prepare_logdir(self.logdir)
+        self._lock = claim_logdir(self.logdir) if self.rank.rank == 0 else None
+        try:
+            self._open()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _open(self) -> None:
         rank = self.rank.rank
         self._findings_file = FindingsFile(findings_file(self.logdir, rank))
         self._router.add_handler(self._findings_file)
@@ -262,6 +272,12 @@ class ProfilingSession:
                 self._tensorboard.close()
             if self._findings_file is not None:
                 self._findings_file.close()
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _begin_step(self, now: float) -> None:
         """Start step ``self.step``; our own bookkeeping before this belongs to no step."""

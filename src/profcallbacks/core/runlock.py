@@ -1,0 +1,187 @@
+"""One live run per log directory: a run marker created atomically, kept fresh, removed at close.
+
+Two runs writing into one log directory clobber each other's captures and the report adds up
+their steps, so a second run fails at start (:class:`LogdirInUseError`) naming the directory
+and the fix. The marker ``<logdir>/profcallbacks/run.lock`` is created with ``O_CREAT|O_EXCL``,
+which is atomic on local file systems and on NFS v3 and later (``flock``/``fcntl`` locks are not
+dependable there). It names the host and process and its modification time is refreshed every
+``HEARTBEAT_S`` seconds by a small thread. A marker is stale, and taken over with a warning, when
+its process is gone (same host) or it has not been refreshed for ``STALE_S`` seconds (any host;
+ages are measured against the file server's own clock, so client clocks may differ).
+Only global rank 0 takes the marker: the ranks of one run share the directory by design.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.layout import run_lock_file
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10.0
+"""Seconds between refreshes of the marker's modification time."""
+STALE_S = 90.0
+"""A marker not refreshed for this long belongs to a run that is gone."""
+_MAX_MARKER_BYTES = 4096
+
+
+class LogdirInUseError(RuntimeError):
+    """Another live run writes into the same log directory."""
+
+
+class RunLock:
+    """The run marker of one log directory.
+
+    Example:
+        >>> lock = RunLock(Path("runs/exp1"))  # doctest: +SKIP
+        >>> lock.acquire(); ...; lock.release()
+    """
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.path = run_lock_file(logdir)
+        self._token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.previous: dict[str, Any] | None = None
+        """The marker of an earlier run that ended without closing, if one was taken over."""
+
+    def acquire(self) -> None:
+        """Create the marker, or take over a stale one.
+
+        Raises:
+            LogdirInUseError: A live run holds the marker.
+        """
+        mine = {"host": socket.gethostname(), "pid": os.getpid(), "token": self._token,
+                "started": time.time()}
+        data = json.dumps(mine).encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            self._take_over(data)
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        self._thread = threading.Thread(target=self._beat, name="profcallbacks-run-lock",
+                                        daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop refreshing and remove the marker if it is still ours; never raises."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+            self._thread = None
+        with contextlib.suppress(OSError, ValueError):
+            if _read_marker(self.path).get("token") == self._token:
+                self.path.unlink()
+
+    def _take_over(self, data: bytes) -> None:
+        holder = _read_marker(self.path)
+        age = _age_s(self.path)
+        if not _stale(holder, age):
+            who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+            raise LogdirInUseError(
+                f"logdir={str(self.logdir)!r} is in use by another profcallbacks run ({who}, "
+                f"marker {self.path} refreshed {age:.0f} s ago). Give each run a log directory of "
+                f"its own (e.g. {str(self.logdir / 'run2')!r}); if that run is gone, delete "
+                f"{self.path} (a marker is also taken over {STALE_S:.0f} s after its last refresh).")
+        log.warning("profcallbacks: an earlier run in %s (pid %s on %s) ended without closing; "
+                    "its marker is taken over and its captures are kept.", self.logdir,
+                    holder.get("pid", "?"), holder.get("host", "?"))
+        self.previous = holder
+        tmp = self.path.with_name(f".{self.path.name}.{self._token}")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.path)
+        if _read_marker(self.path).get("token") != self._token:  # another run took it over first
+            raise LogdirInUseError(f"logdir={str(self.logdir)!r}: another run took over the stale "
+                                   f"marker {self.path} at the same moment; give each run a log "
+                                   "directory of its own.")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):  # a full or read-only disk: the sinks warn
+                os.utime(self.path)
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    """The marker's JSON (``{}`` when unreadable); never blocks on a FIFO, reads at most 4 KiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        raw = os.read(fd, _MAX_MARKER_BYTES)
+    finally:
+        os.close(fd)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _age_s(path: Path) -> float:
+    """Seconds since ``path`` was modified, by the clock of the file system that holds it."""
+    probe = path.with_name(f".clock-{uuid.uuid4().hex}")
+    try:
+        probe.write_bytes(b"")
+        now = probe.stat().st_mtime
+        probe.unlink()
+    except OSError:
+        now = time.time()
+    try:
+        return max(now - path.stat().st_mtime, 0.0)
+    except OSError:
+        return float("inf")
+
+
+def _stale(holder: dict[str, Any], age_s: float) -> bool:
+    if age_s > STALE_S:
+        return True
+    if not holder:  # empty or unreadable: a run killed while writing it, unless just created
+        return age_s > 2.0
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # e.g. EPERM: the process exists
+        return False
+    return False
+
+
+def claim_logdir(logdir: Path) -> RunLock:
+    """Take the run marker of ``logdir`` and finish what an earlier, killed run left in staging.
+
+    Raises:
+        LogdirInUseError: A live run holds the marker.
+    """
+    from profcallbacks.capture.export import recover_staging
+
+    lock = RunLock(logdir)
+    lock.acquire()
+    try:
+        started = lock.path.stat().st_mtime  # the file server's clock
+    except OSError:
+        started = time.time()
+    for line in recover_staging(logdir, older_than=started):
+        log.warning("profcallbacks: %s: %s (left by an earlier run).", logdir, line)
+    return lock

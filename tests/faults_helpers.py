@@ -44,8 +44,8 @@ class SmallDisk:
                        check=True)
 
 
-@pytest.fixture
-def small_disk() -> Iterator[SmallDisk]:
+@pytest.fixture(name="small_disk")
+def small_disk_fixture() -> Iterator[SmallDisk]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (CI and the dev container run tests as root)")
     root = Path(tempfile.mkdtemp(prefix="profcallbacks-tmpfs-"))

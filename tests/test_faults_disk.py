@@ -6,8 +6,8 @@ import json
 import logging
 
 import pytest
-from faults_helpers import SmallDisk, small_disk  # noqa: F401  (fixture)
 
+from faults_helpers import SmallDisk, small_disk_fixture  # noqa: F401  (the small_disk fixture)
 from helpers import tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
 from profcallbacks.core.faults import RecoveringAppender

@@ -7,7 +7,6 @@ nothing in the log directory could be read, 2 for a path that does not exist or 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,14 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(path: Path, top: int) -> dict[str, Any] | None:
     from profcallbacks.report import NoRunError, build_report, locate_run
+    from profcallbacks.report.safe import visible
 
     try:
         report = build_report(locate_run(path), top=top)
     except NoRunError as exc:
-        print(f"profcallbacks: {exc}", file=sys.stderr)
+        print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
         return None
     for problem in report["problems"]:
-        print(f"profcallbacks: skipped {problem['file']}: {problem['error']}", file=sys.stderr)
+        print(visible(f"profcallbacks: skipped {problem['file']}: {problem['error']}"),
+              file=sys.stderr)
     return report
 
 
@@ -68,12 +69,13 @@ def _emit(text: str, output: Path | None) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from profcallbacks.report import render_html, render_text
+    from profcallbacks.report.safe import dumps_strict
 
     report = _load(args.logdir, args.top)
     if report is None:
         return 2
     if args.format == "json":
-        text = json.dumps(report, indent=2, default=str) + "\n"
+        text = dumps_strict(report, indent=2) + "\n"  # NaN/Infinity as null: strict JSON
     elif args.format == "html":
         text = render_html(report)
     else:
@@ -87,12 +89,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from profcallbacks.report import compare_reports, render_compare_text
+    from profcallbacks.report.safe import dumps_strict
 
     a, b = _load(args.run_a, args.top), _load(args.run_b, args.top)
     if a is None or b is None:
         return 2
     cmp = compare_reports(a, b, top=args.top)
-    text = json.dumps(cmp, indent=2, default=str) + "\n" if args.format == "json" \
+    text = dumps_strict(cmp, indent=2) + "\n" if args.format == "json" \
         else render_compare_text(cmp)
     status = _emit(text, args.output)
     for run, path in ((a, args.run_a), (b, args.run_b)):

@@ -59,7 +59,11 @@ def locate_run(path: Path) -> RunFiles:
         raise NoRunError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise NoRunError(f"{path}: not a directory (give the log directory, e.g. runs/exp1)")
-    runs = find_runs(path)
+    try:
+        runs = find_runs(path)
+    except OSError as exc:
+        raise NoRunError(f"{path}: cannot read it ({exc.strerror or exc}); run the report as a user "
+                         "who may read the log directory") from None
     if not runs:
         raise NoRunError(f"{path}: no profcallbacks run here (no capture directories such as "
                          "step000120-schedule/ and no profcallbacks/rank*.jsonl files)")
@@ -72,7 +76,7 @@ def locate_run(path: Path) -> RunFiles:
 
 def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     """Reads every file of ``run`` and returns the report (see docs/report-schema.md)."""
-    problems: list[dict[str, str]] = []
+    problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     findings = _read_findings(run, problems)
     traces: list[TraceSummary] = []
@@ -88,6 +92,9 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                 entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False)
             else:
                 traces.append(summary)
+                if summary.bad_events:
+                    problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
+                                     f"malformed event(s), e.g. {summary.bad_example}"})
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True)
             files.append(entry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from profcallbacks.report.build import SCHEMA_VERSION
+from profcallbacks.report.safe import visible
 
 
 def _change(a: float | None, b: float | None) -> dict[str, float | None]:
@@ -89,7 +90,7 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
     if cmp["problems"]:
         out += ["", "Files that could not be read"]
         out += [f"  {p['file']}: {p['error']}" for p in cmp["problems"]]
-    return "\n".join(out) + "\n"
+    return visible("\n".join(out) + "\n")  # no raw escape sequences reach a terminal
 
 
 def _fmt(value: float | None, share: bool = False) -> str:

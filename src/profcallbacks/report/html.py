@@ -14,6 +14,7 @@ from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_html
 from profcallbacks.report.plot import step_time_svg
+from profcallbacks.report.safe import visible
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1000px;
@@ -68,11 +69,11 @@ def render_html(report: dict[str, Any]) -> str:
         items = "".join(f"<li><code>{_e(p['file'])}</code>: {_e(p['error'])}</li>"
                         for p in report["problems"])
         parts.append(f"<h2>Files that could not be read</h2><ul class=problems>{items}</ul>")
-    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+    return visible("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; "
             "style-src 'unsafe-inline'; img-src data:\">"
             f"<title>profcallbacks report: {_e(report['logdir'])}</title><style>{_CSS}</style></head>"
-            "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
+            "<body>\n" + "\n".join(parts) + "\n</body></html>\n")  # bidi overrides shown, not obeyed
 
 
 def _ranks(steps: dict[str, Any]) -> str:

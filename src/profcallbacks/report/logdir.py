@@ -30,6 +30,8 @@ class RunFiles:
     captures: list[Capture] = field(default_factory=list)
     steps_files: dict[int, Path] = field(default_factory=dict)
     findings_files: dict[int, Path] = field(default_factory=dict)
+    problems: list[dict[str, str]] = field(default_factory=list)
+    """Directories that could not be listed: ``{"file": path, "error": why}``."""
 
     @property
     def empty(self) -> bool:
@@ -37,41 +39,60 @@ class RunFiles:
 
 
 def scan_run(root: Path) -> RunFiles:
-    """The capture directories and per-rank files directly under ``root``."""
+    """The capture directories and per-rank files directly under ``root``.
+
+    A directory that cannot be listed is a problem of the run (``run.problems``), never an error.
+    """
     run = RunFiles(root=root)
-    for child in sorted(root.iterdir()):
-        parsed = parse_capture_dir(child.name)
+    for name in _listdir(root, run):
+        child = root / name
+        parsed = parse_capture_dir(name)
         if parsed and child.is_dir():
-            files = sorted(p for p in child.iterdir() if TRACE_FILE.match(p.name) and p.is_file())
+            files = sorted(child / f for f in _listdir(child, run)
+                           if TRACE_FILE.match(f) and (child / f).is_file())
             run.captures.append(Capture(child, *parsed, files))
     meta = root / META_DIR
     if meta.is_dir():
-        for path in sorted(meta.iterdir()):
-            rank_file = parse_rank_file(path.name)
+        for name in _listdir(meta, run):
+            rank_file = parse_rank_file(name)
             if rank_file:
                 rank, what = rank_file
                 target = run.findings_files if what == "findings" else run.steps_files
-                target[rank] = path
+                target[rank] = meta / name
     run.captures.sort(key=lambda c: (c.first_step, c.directory.name))
     return run
 
 
+def _listdir(path: Path, run: RunFiles) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        run.problems.append({"file": str(path), "error": f"cannot list it ({exc.strerror or exc})"})
+        return []
+
+
 def find_runs(path: Path) -> list[RunFiles]:
     """Every run at or below ``path`` (up to four levels down), shallowest first.
+
+    Raises:
+        OSError: No run was found and a directory could not be listed (e.g. ``path`` itself).
 
     A run is a directory holding a ``profcallbacks/`` directory or capture directories. Hidden
     directories and the capture directories themselves are not searched.
     """
     runs: list[RunFiles] = []
     base_depth = len(path.parts)
-    for dirpath, dirnames, _ in os.walk(path):
+    errors: list[OSError] = []
+    for dirpath, dirnames, _ in os.walk(path, onerror=errors.append):
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not CAPTURE_DIR.match(d)
                              and d != META_DIR)
         run = scan_run(here)
-        if not run.empty:
+        if not run.empty or (run.problems and (here / META_DIR).is_dir()):
             runs.append(run)
             dirnames[:] = []  # a run's subdirectories are its own (e.g. TensorBoard plugins)
         elif len(here.parts) - base_depth >= _MAX_DEPTH:
             dirnames[:] = []
+    if not runs and errors:
+        raise errors[0]
     return runs

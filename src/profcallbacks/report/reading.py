@@ -6,7 +6,9 @@ import gc
 import gzip
 import json
 import logging
+import math
 import os
+import stat
 import sys
 import time
 import zlib
@@ -94,23 +96,65 @@ def progress_stream(size: int) -> TextIO | None:
     return sys.stderr if size >= PROGRESS_MIN_BYTES and sys.stderr.isatty() else None
 
 
-def read_bytes(path: Path) -> bytearray:
-    """The file's content, gunzipped when its name ends in ``.gz``.
+MAX_DECOMPRESSED_BYTES = 4 << 30
+"""Most bytes a trace may take once gunzipped (4 GiB)."""
+MAX_GZIP_RATIO = 100
+"""Most gunzipped bytes per byte on disk, above the first 64 MiB. Chrome traces compress about
+17x; a gzip bomb (zeros, 1000x) is stopped here instead of filling memory."""
+_RATIO_FLOOR = 64 << 20
+MAX_JSONL_BYTES = 1 << 30
+"""Most bytes read from one steps or findings file (about 80 million steps of summaries)."""
+
+
+def open_regular(path: Path) -> tuple[int, int]:
+    """``(fd, size)`` of ``path`` opened non-blocking; a FIFO, device or directory is refused.
 
     Raises:
-        ReadError: The file is missing, empty, not gzip, or its gzip stream is truncated.
+        ReadError: Not a regular file, or it cannot be opened.
     """
     try:
-        size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ReadError(path, exc.strerror or str(exc)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ReadError(path, "not a regular file (a FIFO, device or directory); not read")
+    return fd, st.st_size
+
+
+def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
+    """The file's content, gunzipped when its name ends in ``.gz``, read from regular files only.
+
+    Args:
+        path: The file.
+        limit: Most bytes to return; default ``MAX_DECOMPRESSED_BYTES`` and, for gzip, at most
+            ``MAX_GZIP_RATIO`` times the size on disk (at least 64 MiB).
+
+    Raises:
+        ReadError: The file is missing, not regular, empty, not gzip, truncated or too large.
+    """
+    try:
+        fd, size = open_regular(path)
         if size == 0:
+            os.close(fd)
             raise ReadError(path, "empty file")
+        gz = path.suffix == ".gz"
+        if limit is None:
+            limit = MAX_DECOMPRESSED_BYTES
+            if gz:
+                limit = min(limit, max(size * MAX_GZIP_RATIO, _RATIO_FLOOR))
         out = bytearray()
-        with open(path, "rb") as raw:
+        with open(fd, "rb") as raw:
             bar = Progress(path.name, size, progress_stream(size))
-            stream: Any = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+            stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
             try:
-                while chunk := stream.read(_CHUNK):
+                while chunk := stream.read(min(_CHUNK, limit + 1 - len(out))):
                     out += chunk
+                    if len(out) > limit:
+                        raise ReadError(path, f"more than {limit >> 20} MiB" + (
+                            f" once gunzipped ({size} bytes on disk: a gzip bomb?)" if gz else "")
+                            + "; not read")
                     bar.update(raw.tell())
             finally:
                 bar.close()
@@ -141,6 +185,8 @@ def parse_json(path: Path, data: bytes | bytearray) -> Any:
         return _loads(data)
     except ValueError as exc:  # json.JSONDecodeError, orjson.JSONDecodeError, UnicodeDecodeError
         raise ReadError(path, f"invalid JSON ({exc})") from None
+    except RecursionError:
+        raise ReadError(path, "invalid JSON (nested too deeply)") from None
 
 
 def read_json(path: Path) -> Any:
@@ -149,11 +195,12 @@ def read_json(path: Path) -> Any:
 
 
 def as_int(value: Any, default: int = -1) -> int:
-    """``int(value)`` for a number read from a file, ``default`` when it is none."""
+    """``int(value)`` for a number read from a file, ``default`` when it is none or beyond 64 bits."""
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError, OverflowError):
         return default
+    return number if -_MAX_INT <= number < _MAX_INT else default
 
 
 def read_jsonl(path: Path, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -163,9 +210,10 @@ def read_jsonl(path: Path, problems: list[dict[str, str]]) -> list[dict[str, Any
     rest of the file.
     """
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        problems.append({"file": str(path), "error": exc.strerror or str(exc)})
+        text = read_bytes(path, limit=MAX_JSONL_BYTES).decode("utf-8", errors="replace")
+    except ReadError as exc:
+        if exc.reason != "empty file":
+            problems.append({"file": str(path), "error": exc.reason})
         return []
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
@@ -173,11 +221,11 @@ def read_jsonl(path: Path, problems: list[dict[str, str]]) -> list[dict[str, Any
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = json.loads(line, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
             bad.append(number)
             continue
-        if isinstance(row, dict):
+        if isinstance(row, dict) and _sane(row, 0):
             rows.append(row)
         else:
             bad.append(number)
@@ -185,3 +233,23 @@ def read_jsonl(path: Path, problems: list[dict[str, str]]) -> list[dict[str, Any
         lines = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
         problems.append({"file": str(path), "error": f"skipped {len(bad)} unreadable line(s): {lines}"})
     return rows
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity, -Infinity
+
+
+_MAX_INT = 1 << 63
+
+
+def _sane(value: Any, depth: int) -> bool:
+    """Finite numbers within 64-bit range only, and no nesting deeper than 32 levels (e.g. a step 10**400)."""
+    if isinstance(value, dict):
+        return depth < 32 and all(_sane(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return depth < 32 and all(_sane(v, depth + 1) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)  # 1e400 parses as inf
+    if isinstance(value, int):
+        return -_MAX_INT <= value < _MAX_INT
+    return True

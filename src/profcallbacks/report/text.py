@@ -8,6 +8,7 @@ from typing import Any
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
+from profcallbacks.report.safe import visible
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -37,7 +38,7 @@ def render_text(report: dict[str, Any]) -> str:
         out.append("Files that could not be read")
         out += [f"  {p['file']}: {p['error']}" for p in report["problems"]]
         out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return visible("\n".join(out).rstrip() + "\n")  # no raw escape sequences reach a terminal
 
 
 def _steps_section(steps: dict[str, Any] | None) -> list[str]:

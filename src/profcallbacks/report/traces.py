@@ -27,7 +27,8 @@ from profcallbacks.report.reading import as_int as _int
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
-_WORKER_RANK = re.compile(r"^rank(\d+)_")
+_WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
+_MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
 Interval = tuple[float, float]
 
@@ -45,6 +46,8 @@ class TraceSummary:
     steps: list[dict[str, Any]] = field(default_factory=list)
     cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
+    bad_events: int = 0  # events skipped as malformed (not an object, ts/dur not numbers, ...)
+    bad_example: str = ""  # why the first of them was skipped
 
 
 def summarise_file(path: Path) -> TraceSummary:
@@ -57,7 +60,12 @@ def summarise_file(path: Path) -> TraceSummary:
         trace = read_json(path)
         if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
             raise ReadError(path, "not a Chrome trace (no traceEvents list)")
-        return summarise(trace, path)
+        try:
+            return summarise(trace, path)
+        except (ReadError, MemoryError):
+            raise
+        except Exception as exc:  # a malformed trace is a named problem, never a crash
+            raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
 
 
 def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
@@ -67,26 +75,39 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
     worker = path.name.split(".")[0]
     match = _WORKER_RANK.match(worker)
     rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
+    trigger = meta.get("trigger")
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
-                           worker=worker, trigger=meta.get("trigger"), partial=bool(meta.get("partial")))
+                           worker=worker, trigger=trigger if isinstance(trigger, str) else None,
+                           partial=bool(meta.get("partial")))
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []
     step_events: list[tuple[float, float, str, bool]] = []
     gpu_ops = summary.gpu_ops
     for event in trace["traceEvents"]:
-        if event.get("ph") != "X":
+        try:
+            if event.get("ph") != "X":
+                continue
+            cat = event.get("cat")
+            if cat != "cpu_op" and cat not in GPU_CATS and cat != "user_annotation":
+                continue
+            ts, dur, name = float(event["ts"]), float(event.get("dur", 0.0)), event.get("name", "")
+            if not (-_MAX_US < ts < _MAX_US and 0.0 <= dur < _MAX_US):  # NaN fails too
+                raise ValueError(f"ts={event['ts']!r}, dur={event.get('dur', 0.0)!r} out of range")
+        except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
+            if not summary.bad_events:
+                summary.bad_example = f"{type(exc).__name__}: {str(exc)[:80]}"
+            summary.bad_events += 1
             continue
-        cat = event.get("cat")
+        name = name if isinstance(name, str) else str(name)
         if cat == "cpu_op":
-            key = (event.get("pid"), event.get("tid"))
-            item = (float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("name", "")))
+            key = (_key(event.get("pid")), _key(event.get("tid")))
+            item = (ts, dur, name)
             if key in threads:
                 threads[key].append(item)
             else:
                 threads[key] = [item]
         elif cat in GPU_CATS:
-            ts, dur, name = float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("name", ""))
             gpu.append((ts, ts + dur))
             row = gpu_ops.get(name)
             if row is None:
@@ -94,10 +115,10 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
             else:
                 row[0] += 1
                 row[1] += dur
-        elif cat == "user_annotation" and str(event.get("name", "")).startswith(_STEP_PREFIX):
+        elif name.startswith(_STEP_PREFIX):
             args = event.get("args")
             ours = isinstance(args, dict) and bool(args.get("profcallbacks"))
-            step_events.append((float(event["ts"]), float(event.get("dur", 0.0)), event["name"], ours))
+            step_events.append((ts, dur, name, ours))
 
     compute, data = _self_times(threads, summary.cpu_ops)
     data_merged = _merge(data)
@@ -203,7 +224,12 @@ def _block(trace: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _step_number(name: str) -> int:
-    try:
-        return int(name[len(_STEP_PREFIX):])
-    except ValueError:
+    digits = name[len(_STEP_PREFIX):]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:  # e.g. 10**400
         return -1
+    return int(digits)
+
+
+def _key(value: Any) -> Any:
+    """A pid or tid usable as a dict key (a list or object from a hostile trace is not)."""
+    return value if isinstance(value, (int, str)) else str(value)

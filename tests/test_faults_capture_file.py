@@ -110,11 +110,15 @@ def test_capture_file_count_above_the_cap_is_lowered_to_it(tmp_path, caplog):
     assert f"capturing {MAX_CAPTURE_STEPS}" in caplog.text
 
 
-def test_capture_file_window_ends_at_the_cap(tmp_path):
-    (tmp_path / "CAPTURE").write_text("99999999")
-    _train(tmp_path, MAX_CAPTURE_STEPS + 10, timeout_s=120.0)
-    (name, steps), = captured_steps(tmp_path).items()
-    assert len(steps) == MAX_CAPTURE_STEPS and not name.endswith("-partial")
+def test_a_requested_window_ends_at_the_cap():
+    from profcallbacks.capture.planner import CapturePlanner
+    from profcallbacks.capture.schedule import Phase
+
+    planner = CapturePlanner(None, max_captures=5)
+    planner.request(99999999, "file")  # whatever asks: the window still ends
+    phases = [planner.phase_for(step) for step in range(MAX_CAPTURE_STEPS + 10)]
+    assert phases.count(Phase.ACTIVE) == MAX_CAPTURE_STEPS
+    assert phases[-1] is Phase.IDLE
 
 
 @pytest.mark.parametrize("steps", [MAX_CAPTURE_STEPS + 1, 99999999, 10**400])

@@ -73,8 +73,11 @@ class RecoveringAppender:
         clock: Monotonic clock in seconds (injected by tests).
 
     Example:
-        >>> out = RecoveringAppender(Path("runs/x/rank0.steps.jsonl"), "step summaries")  # doctest: +SKIP
+        >>> import tempfile
+        >>> out = RecoveringAppender(Path(tempfile.mkdtemp()) / "steps.jsonl", "step summaries")
         >>> out.append(b'{"steps": 50}\\n'); out.close()
+        >>> out.path.read_bytes()
+        b'{"steps": 50}\\n'
     """
 
     def __init__(self, path: Path, what: str, *, header: bytes = b"", retry_s: float = RETRY_S,

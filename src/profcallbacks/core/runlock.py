@@ -44,8 +44,13 @@ class RunLock:
     """The run marker of one log directory.
 
     Example:
-        >>> lock = RunLock(Path("runs/exp1"))  # doctest: +SKIP
-        >>> lock.acquire(); ...; lock.release()
+        >>> import tempfile
+        >>> logdir = Path(tempfile.mkdtemp()); (logdir / "profcallbacks").mkdir()
+        >>> lock = RunLock(logdir); lock.acquire()
+        >>> lock.path.exists()
+        True
+        >>> lock.release(); lock.path.exists()
+        False
     """
 
     def __init__(self, logdir: Path) -> None:

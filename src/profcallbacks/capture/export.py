@@ -138,26 +138,9 @@ class TraceExporter:
             return
         if len(ready) < self._tracing_ranks and not force:
             return
-        try:
-            (stage / ".publishing").mkdir()
-        except (FileExistsError, FileNotFoundError):
+        final = publish_stage(self._logdir, name)
+        if final is None:
             return  # another rank is publishing (or just has)
-        for path in ready:
-            os.replace(path, stage / path.name[: -len(_READY)])
-        files = [path.name[: -len(_READY)] for path in ready]
-        final = free_capture_dir(self._logdir, name, files)
-        try:
-            if final.exists():
-                raise FileExistsError(final)
-            os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
-        except OSError:  # published earlier (another rank of this run): move our files in
-            if not final.is_dir():
-                raise
-            for file in files:
-                os.replace(stage / file, final / file)
-            _remove_tree(stage)
-        else:
-            (final / ".publishing").rmdir()
         self.exported.append(final)
         self._waiting.discard(name)
         if force and len(ready) < self._tracing_ranks:
@@ -170,6 +153,42 @@ class TraceExporter:
             for path in stage.glob(f".{info.rank.worker}*"):
                 path.unlink(missing_ok=True)
         self._waiting.discard(info.name)
+
+
+def publish_stage(logdir: Path, name: str) -> Path | None:
+    """Publish the staged capture ``name`` with its complete (``.ready``) files; never overwrites.
+
+    Takes the stage's ``.publishing`` lock (a directory: atomic, also on NFS), renames the ready
+    files to their final names and moves the stage to ``logdir/<name>`` in one rename, or, when
+    another rank of the run published that directory first, moves the files in one by one.
+    Returns the capture directory, or ``None`` when another rank holds the lock.
+
+    Raises:
+        OSError: The file system refused (full, read-only); the stage stays for a later try.
+    """
+    stage = logdir / STAGING_DIR / name
+    ready = sorted(stage.glob("*" + _READY))
+    try:
+        (stage / ".publishing").mkdir()
+    except (FileExistsError, FileNotFoundError):
+        return None  # another rank is publishing (or just has)
+    for path in ready:
+        os.replace(path, stage / path.name[: -len(_READY)])
+    files = [path.name[: -len(_READY)] for path in ready]
+    final = free_capture_dir(logdir, name, files)
+    try:
+        if final.exists():
+            raise FileExistsError(final)
+        os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
+    except OSError:  # published earlier (another rank of this run): move our files in
+        if not final.is_dir():
+            raise
+        for file in files:
+            os.replace(stage / file, final / file)
+        _remove_tree(stage)
+    else:
+        (final / ".publishing").rmdir()
+    return final
 
 
 def free_capture_dir(logdir: Path, name: str, files: list[str]) -> Path:
@@ -201,7 +220,6 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
         lock = logdir / published / ".publishing"
         if lock.is_dir() and _safe(lambda lock=lock: lock.rmdir()):
             done.append(f"removed a leftover publish lock from {published}")
-    exporter = TraceExporter(logdir)
     for name in _listdir(staging):
         stage = staging / name
         try:
@@ -214,9 +232,9 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
                 path.unlink()
             if broken:
                 done.append(f"removed {len(broken)} half-written trace file(s) of capture {name}")
-            if any(stage.glob("*" + _READY)):
-                exporter._try_publish(name, force=True)
-                done.append(f"published stranded capture {name} as {exporter.exported[-1].name}")
+            final = publish_stage(logdir, name) if any(stage.glob("*" + _READY)) else None
+            if final is not None:
+                done.append(f"published stranded capture {name} as {final.name}")
             else:
                 _remove_tree(stage)
         except OSError as exc:

@@ -96,7 +96,9 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
                 raise ValueError(f"ts={event['ts']!r}, dur={event.get('dur', 0.0)!r} out of range")
         except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
             if not summary.bad_events:
-                summary.bad_example = f"{type(exc).__name__}: {str(exc)[:80]}"
+                summary.bad_example = (f"{type(exc).__name__}: {str(exc)[:80]}"
+                                       if isinstance(event, dict) else
+                                       f"{str(event)[:40]!r} is not a JSON object")
             summary.bad_events += 1
             continue
         name = name if isinstance(name, str) else str(name)

@@ -146,3 +146,41 @@ def test_a_half_written_record_is_truncated_away(small_disk, start_full):
     small_disk.free()
     out.append(b"third\n")
     assert path.read_bytes() == b"first\n" + b"x" * 100_000 + b"\nthird\n"
+
+
+class _FaultAt:
+    """A dataset that switches a fault on at its ``on_at``-th fetch and off at its ``off_at``-th."""
+
+    def __init__(self, on_at: int, off_at: int, on, off) -> None:
+        from front_ends import SleepyDataset
+
+        self._data = SleepyDataset(0.0)
+        self._events = {on_at: on, off_at: off}
+        self._fetched = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, i: int):
+        self._fetched += 1  # (the HF Trainer shuffles: count fetches, not indices)
+        if self._fetched in self._events:
+            self._events.pop(self._fetched)()
+        return self._data[i]
+
+
+@pytest.mark.parametrize("front_end", ["plain", "lightning", "hf"])
+def test_every_front_end_survives_a_read_only_stretch(small_disk, caplog, front_end):
+    from front_ends import FRONT_ENDS
+
+    logdir = small_disk.root / "run"
+    dataset = _FaultAt(20, 60, lambda: small_disk.read_only(True),
+                       lambda: small_disk.read_only(False))
+    options = {"schedule": None, "log_every_n_steps": 5, "stall": None, "slowdown": None,
+               "sync_audit": False}
+    with caplog.at_level(logging.WARNING):
+        FRONT_ENDS[front_end](logdir, dataset, 40, options)  # trainer.fit / train() return
+    failures = [w for w in _warnings(caplog) if "cannot write step summaries" in w]
+    assert len(failures) == 1 and "read-only" in failures[0]
+    rows = [json.loads(line) for line in
+            (logdir / "profcallbacks" / "rank0.steps.jsonl").read_text().splitlines()]
+    assert sum(r["steps"] for r in rows) >= 38  # the read-only stretch's summaries were kept

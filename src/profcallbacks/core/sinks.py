@@ -134,8 +134,7 @@ class StepsFile:
               fields: dict[str, float] | None = None) -> None:
         row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
                "steps": summary.steps, **summary.scalars(), **(fields or {})}
-        self._out.append((json.dumps(row) + "
-").encode())
+        self._out.append((json.dumps(row) + "\n").encode())
 
     def close(self) -> None:
         self._out.close()

@@ -48,8 +48,9 @@ class WatchOptions:
 def watch(logdir: Path, options: WatchOptions, *, stream: TextIO | None = None) -> int:
     """Shows ``logdir`` live until Ctrl-C (exit status 0); with ``options.once``, one frame.
 
-    On a terminal the frame is redrawn in place (rich ``Live``, resized with the terminal);
-    elsewhere a plain-text frame is written each time something new was read.
+    On a terminal the frame is redrawn on the alternate screen (rich ``Live``, redrawn whole at the
+    terminal's size each second) and the last frame is printed on exit; elsewhere a plain-text frame
+    is written each time something new was read.
 
     Returns:
         The exit status: 0, or 2 with ``once`` when ``logdir`` does not exist.
@@ -67,13 +68,17 @@ def watch(logdir: Path, options: WatchOptions, *, stream: TextIO | None = None) 
         return 0 if state.exists else 2
     try:
         if tty:
-            with Live(frame(), console=console, auto_refresh=False, screen=False) as live:
-                while True:
-                    time.sleep(options.interval_s)
-                    state.poll()
-                    live.update(frame(), refresh=True)  # every tick: the clock and a resize
+            try:  # the alternate screen, redrawn whole: a resize or a tall frame leaves no debris
+                with Live(frame(), console=console, auto_refresh=False, screen=True) as live:
+                    while True:
+                        time.sleep(options.interval_s)
+                        state.poll()
+                        live.update(frame(), refresh=True)  # every tick: the clock and a resize
+            finally:
+                console.print(frame())  # the last frame stays on the normal screen
         else:
             console.print(frame())
+            out.flush()
             while True:
                 time.sleep(options.interval_s)
                 if state.poll():

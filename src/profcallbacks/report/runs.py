@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from profcallbacks.report.build import build_report
@@ -25,12 +26,13 @@ def run_headlines(runs: list[RunFiles]) -> list[dict[str, Any]]:
 
 
 def render_runs_text(root: str, rows: list[dict[str, Any]]) -> str:
-    """The headlines as a text table, with the commands to go further."""
+    """The headlines as a text table (runs named relative to ``root``), with what to run next."""
     out = [f"profcallbacks: {root} holds {len(rows)} runs", "",
            f"  {'run':<44} {'steps':>7} {'median ms':>10} {'data wait':>9} {'verdict':<20} "
            f"{'captures':>8} {'findings':>8}"]
     for r in rows:
-        name = r["logdir"] if len(r["logdir"]) <= 44 else "..." + r["logdir"][-41:]
+        name = os.path.relpath(r["logdir"], root)
+        name = name if len(name) <= 44 else "..." + name[-41:]
         median = "-" if r["median_ms"] is None else f"{r['median_ms']:.2f}"
         share = "-" if r["data_wait_share"] is None else f"{r['data_wait_share']:.0%}"
         steps = "-" if r["steps"] is None else str(r["steps"])

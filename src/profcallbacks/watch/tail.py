@@ -9,10 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_MAX_READ = 8 << 20
-"""Bytes read per call at most (a huge backlog is read over several refreshes)."""
-
-
 @dataclass
 class TailBatch:
     """What one ``JsonlTail.read`` found.
@@ -57,7 +53,7 @@ class JsonlTail:
                     self._offset, self._pending = 0, b""
                 self._inode = stat.st_ino
                 f.seek(self._offset)
-                data = f.read(_MAX_READ)
+                data = f.read()  # steps files hold one row per summary: small
         except FileNotFoundError:
             if self._inode is not None:  # removed (rotated away): start over when it comes back
                 batch.reset = True

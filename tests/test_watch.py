@@ -163,6 +163,15 @@ def test_memory_scalars_and_capture_verdicts(tmp_path: Path, capsys: pytest.Capt
     assert code == 0
     assert "memory MB" in out and "alloc 1,234" in out and "rss 2,048" in out
     assert "input_bound (80%)" in out
+    (tmp_path / capture_dir_name(9, "manual")).mkdir()
+    report = {"verdict": {"kind": "host_bound", "share": 0.55},
+              "captures": [{"directory": capture_dir_name(9, "manual"),
+                            "verdict": {"kind": "sync_bound", "share": 0.3}}]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    capsys.readouterr()
+    assert main(["watch", str(tmp_path), "--once", "--report", str(tmp_path / "report.json")]) == 0
+    out = capsys.readouterr().out
+    assert "verdict host_bound (55%)" in out and "sync_bound (30%)" in out and "input_bound (80%)" in out
 
 
 def test_without_memory_scalars_no_memory_column(stalled_run: Path,

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--ranks", type=int, default=16,
                        help="ranks shown one per row; with more, a summary row and the slowest (default 16)")
     watch.add_argument("--findings", type=int, default=8, help="latest findings shown (default 8)")
+    watch.add_argument("--report", type=Path, metavar="FILE",
+                       help="take verdicts from this report JSON (profcallbacks report --format json "
+                            "-o FILE), re-read when it changes")
     return parser
 
 
@@ -166,7 +169,7 @@ def _watch(args: argparse.Namespace) -> int:
 
     try:
         options = WatchOptions(interval_s=args.interval, once=args.once, max_rank_rows=args.ranks,
-                               max_findings=args.findings)
+                               max_findings=args.findings, report=args.report)
     except ValueError as exc:
         print(f"profcallbacks: {exc}", file=sys.stderr)
         return 2

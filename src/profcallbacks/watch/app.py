@@ -28,6 +28,7 @@ class WatchOptions:
         once: Print one frame and return.
         max_rank_rows: Ranks shown one per row; with more, one all-rank summary row and the slowest.
         max_findings: Latest findings shown.
+        report: A report JSON to take verdicts from (re-read when it changes), or ``None``.
 
     Example:
         >>> WatchOptions(interval_s=0.5).interval_s
@@ -38,6 +39,7 @@ class WatchOptions:
     once: bool = False
     max_rank_rows: int = 16
     max_findings: int = 8
+    report: Path | None = None
 
     def __post_init__(self) -> None:
         check_number("WatchOptions", "interval_s", self.interval_s, minimum=0.05, example=1.0)
@@ -59,7 +61,7 @@ def watch(logdir: Path, options: WatchOptions, *, stream: TextIO | None = None) 
     tty = out.isatty()
     console = Console(file=out, force_terminal=tty or None, width=None if tty else PLAIN_WIDTH,
                       no_color=not tty, highlight=False)
-    state = LogdirState(logdir)
+    state = LogdirState(logdir, report=options.report)
     state.poll()
     frame = lambda: render(state, max_rank_rows=options.max_rank_rows,  # noqa: E731
                            max_findings=options.max_findings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -84,8 +85,11 @@ class LogdirState:
         [0, 1]
     """
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, *, report: Path | None = None) -> None:
         self.logdir = logdir
+        self.report = report
+        self.run_verdict: dict[str, Any] | None = None
+        self._report_mtime: float | None = None
         self.ranks: dict[int, RankView] = {}
         self.captures: dict[str, CaptureView] = {}
         self.findings: deque[dict[str, Any]] = deque(maxlen=MAX_FINDINGS)
@@ -103,7 +107,8 @@ class LogdirState:
         """Reads what changed; ``True`` when anything new was found."""
         if not self.exists:
             return False
-        changed = self._scan_captures()
+        changed = self._read_report()
+        changed |= self._scan_captures()
         meta = self.logdir / META_DIR
         try:
             names = sorted(p.name for p in meta.iterdir()) if meta.is_dir() else []
@@ -151,6 +156,33 @@ class LogdirState:
             view.files = files
         return changed
 
+    def _read_report(self) -> bool:
+        """Verdicts from a report JSON (``profcallbacks report --format json -o FILE``), re-read when
+        the file changes: the run's ``verdict`` and each ``captures[i]["verdict"]``."""
+        if self.report is None:
+            return False
+        try:
+            mtime = self.report.stat().st_mtime
+            if mtime == self._report_mtime:
+                return False
+            data = json.loads(self.report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False  # not there yet, or being rewritten: try again next refresh
+        self._report_mtime = mtime
+        if not isinstance(data, dict):
+            return False
+        verdict = data.get("verdict")
+        self.run_verdict = verdict if isinstance(verdict, dict) else None
+        for capture in data.get("captures") or []:
+            if isinstance(capture, dict) and isinstance(capture.get("verdict"), dict):
+                self._set_verdict(str(capture.get("directory")), capture["verdict"])
+        return True
+
+    def _set_verdict(self, name: str, verdict: dict[str, Any]) -> None:
+        self._verdicts[name] = verdict
+        if name in self.captures:
+            self.captures[name].verdict = verdict
+
     def _add_finding(self, row: dict[str, Any]) -> None:
         self.findings.append(row)
         self.findings_total += 1
@@ -174,10 +206,7 @@ class LogdirState:
             if not candidates:
                 return
             name = max(candidates, key=lambda c: c.first_step).name
-        name = Path(name).name
-        self._verdicts[name] = verdict
-        if name in self.captures:
-            self.captures[name].verdict = verdict
+        self._set_verdict(Path(name).name, verdict)
 
 
 def _entries(path: Path) -> list[Path]:

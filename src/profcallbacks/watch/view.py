@@ -50,6 +50,8 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
     header = Text(f"profcallbacks watch {state.logdir}  {stamp}  ", style="bold")
     header.append(f"ranks {len(state.ranks)}  step {last if last >= 0 else '-'}  "
                   f"captures {len(state.captures)}  findings {state.findings_total}", style="")
+    if state.run_verdict and state.run_verdict.get("kind"):
+        header.append(f"  verdict {_verdict(state.run_verdict)}", style="bold magenta")
     if state.exporting:
         header.append("  (exporting a capture)", style="magenta")
     parts: list[RenderableType] = [header, _ranks_table(state, max_rank_rows)]
@@ -123,13 +125,8 @@ def _captures_table(state: LogdirState, limit: int) -> RenderableType:
         table.add_column(name)
     newest = sorted(state.captures.values(), key=lambda c: (c.first_step, c.name), reverse=True)
     for c in newest[:limit]:
-        verdict = "-"
-        if c.verdict:
-            share = c.verdict.get("share")
-            verdict = str(c.verdict.get("kind")) + (f" ({share:.0%})" if isinstance(share, (int, float))
-                                                    else "")
         table.add_row(c.name, c.trigger + (" (partial)" if c.partial else ""), str(c.first_step),
-                      str(c.files), verdict)
+                      str(c.files), _verdict(c.verdict) if c.verdict else "-")
     if len(newest) > limit:
         table.caption = f"{len(newest) - limit} older not shown"
     return table
@@ -149,6 +146,11 @@ def _findings_table(state: LogdirState, limit: int) -> RenderableType:
                       Text(str(f.get("kind", "?")), style=SEVERITY_STYLE.get(severity, "")),
                       message if len(message) <= 160 else message[:157] + "...")
     return table
+
+
+def _verdict(verdict: dict[str, Any]) -> str:
+    share = verdict.get("share")
+    return str(verdict.get("kind")) + (f" ({share:.0%})" if isinstance(share, (int, float)) else "")
 
 
 def _num(value: Any) -> float:

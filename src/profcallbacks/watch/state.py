@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.timing import median
 from profcallbacks.findings import CAPTURE_VERDICT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
 from profcallbacks.watch.tail import JsonlTail
@@ -51,7 +51,7 @@ class RankView:
             return float(ratio)
         if not self.medians_ms:
             return None
-        typical = statistics.median(self.medians_ms)
+        typical = median(self.medians_ms)
         return self.medians_ms[-1] / typical if typical > 0 else None
 
     @property

@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from profcallbacks.core.timing import median
 from profcallbacks.watch.state import LogdirState, RankView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -106,9 +107,9 @@ def _summary_row(ranks: list[RankView], memory: bool) -> list[RenderableType]:
     shares = [_num(r.last.get("data_wait_share")) for r in ranks]
     cells: list[RenderableType] = [
         f"all {len(ranks)}", str(min(r.last_step for r in ranks)),
-        f"{statistics.median(medians):.2f}", f"{min(medians):.2f}-{max(medians):.2f}",
+        f"{median(medians):.2f}", f"{min(medians):.2f}-{max(medians):.2f}",
         _ms(max(_num(r.last.get("step_time_ms_max")) for r in ranks)), "",
-        f"{statistics.median(shares):.0%}", ""]
+        f"{median(shares):.0%}", ""]
     if memory:
         rss = [r.memory_mb for r in ranks if r.memory_mb]
         keys = sorted({k for m in rss for k in m})

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:  # optional: orjson parses a long backlog (the first read of a long run) 2-4x faster
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    _loads = json.loads
 
 
 @dataclass
@@ -69,7 +77,7 @@ class JsonlTail:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = _loads(line)
             except ValueError:
                 batch.bad_lines += 1
                 continue

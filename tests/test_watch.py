@@ -96,6 +96,16 @@ def _wait_for(lines: list[str], text: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def test_a_parent_directory_follows_its_one_run(stalled_run: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(stalled_run, tmp_path / "lightning_logs" / "version_0")
+    code, out = _once(capsys, tmp_path / "lightning_logs")
+    assert code == 0 and "lightning_logs/version_0" in out and "dataloader_stall" in out
+    shutil.copytree(stalled_run, tmp_path / "lightning_logs" / "version_1")
+    code, out = _once(capsys, tmp_path / "lightning_logs")
+    assert code == 0 and "holds 2 runs (version_0, version_1): watch one" in out
+
+
 def test_truncated_last_line_is_held_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     steps = tmp_path / META_DIR / "rank0.steps.jsonl"
     steps.parent.mkdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from profcallbacks.watch.tail import JsonlTail
 SPARK_POINTS = 240
 """Step summaries kept per rank for the sparkline (older ones are merged pairwise)."""
 MAX_FINDINGS = 200
+SEARCH_EVERY_S = 5.0
+"""Seconds between searches for a run below a directory that holds none itself."""
 
 
 @dataclass
@@ -86,7 +89,10 @@ class LogdirState:
     """
 
     def __init__(self, logdir: Path, *, report: Path | None = None) -> None:
+        self.given = logdir
         self.logdir = logdir
+        self.note: str | None = None
+        self._next_search = 0.0
         self.report = report
         self.run_verdict: dict[str, Any] | None = None
         self._report_mtime: float | None = None
@@ -107,7 +113,8 @@ class LogdirState:
         """Reads what changed; ``True`` when anything new was found."""
         if not self.exists:
             return False
-        changed = self._read_report()
+        changed = self._follow_run_below()
+        changed |= self._read_report()
         changed |= self._scan_captures()
         meta = self.logdir / META_DIR
         try:
@@ -155,6 +162,29 @@ class LogdirState:
             changed |= files != view.files
             view.files = files
         return changed
+
+    def _follow_run_below(self) -> bool:
+        """Given a parent of the run (``lightning_logs/``, ``output/``), follows the one run below
+        it; with several, says so in ``note``. Looked for until the directory holds a run."""
+        if self.logdir != self.given or self._tails or self.captures or (self.given / META_DIR).is_dir():
+            return False
+        if time.monotonic() < self._next_search:
+            return False
+        self._next_search = time.monotonic() + SEARCH_EVERY_S
+        from profcallbacks.report.logdir import find_runs
+
+        try:
+            runs = find_runs(self.given)
+        except OSError:
+            return False
+        if len(runs) == 1 and runs[0].root != self.given:
+            self.logdir, self.note = runs[0].root, None
+            return True
+        if len(runs) > 1:
+            names = ", ".join(str(r.root.relative_to(self.given)) for r in runs[:4])
+            more = " ..." if len(runs) > 4 else ""
+            self.note = f"{self.given} holds {len(runs)} runs ({names}{more}): watch one"
+        return False
 
     def _read_report(self) -> bool:
         """Verdicts from a report JSON (``profcallbacks report --format json -o FILE``), re-read when

@@ -55,7 +55,10 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
         header.append(f"  verdict {_verdict(state.run_verdict)}", style="bold magenta")
     if state.exporting:
         header.append("  (exporting a capture)", style="magenta")
-    parts: list[RenderableType] = [header, _ranks_table(state, max_rank_rows)]
+    parts: list[RenderableType] = [header]
+    if state.note:
+        parts.append(Text(state.note, style="yellow"))
+    parts.append(_ranks_table(state, max_rank_rows))
     parts.append(_captures_table(state, max_captures))
     parts.append(_findings_table(state, max_findings))
     if state.bad_lines:

@@ -161,7 +161,8 @@ def test_memory_scalars_and_capture_verdicts(tmp_path: Path, capsys: pytest.Capt
     meta = tmp_path / META_DIR
     meta.mkdir()
     (meta / "rank0.steps.jsonl").write_text(_row(0, 0, 9, 4.0) + _row(
-        0, 10, 19, 4.0, memory_allocated_mb=1234.0, process_rss_mb=2048.0))
+        0, 10, 19, 4.0, memory_allocated_mb=1234.0, process_rss_mb=2048.0)
+        + _row(0, 20, 29, 4.0))  # memory is sampled every sample_every_s, not at every summary
     (tmp_path / capture_dir_name(5, "schedule")).mkdir()
     (tmp_path / capture_dir_name(5, "schedule") / "rank0_host.5.pt.trace.json.gz").write_bytes(b"x")
     verdict = {"kind": CAPTURE_VERDICT, "step": 7, "rank": 0, "severity": "info",

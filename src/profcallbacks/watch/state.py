@@ -29,12 +29,15 @@ class RankView:
     last: dict[str, Any] = field(default_factory=dict)
     medians_ms: list[float] = field(default_factory=list)
     steps: int = 0
+    memory: dict[str, float] = field(default_factory=dict)
 
     def add(self, row: dict[str, Any]) -> None:
         median = row.get("step_time_ms_median")
         if not isinstance(median, (int, float)):
             return
         self.last = row
+        self.memory.update({k: float(v) for k, v in row.items()
+                            if k.endswith("_mb") and isinstance(v, (int, float))})
         self.steps += int(row.get("steps", 0) or 0)
         self.medians_ms.append(float(median))
         if len(self.medians_ms) > SPARK_POINTS:  # halve the resolution, keep the whole run
@@ -59,9 +62,9 @@ class RankView:
 
     @property
     def memory_mb(self) -> dict[str, float]:
-        """Memory scalars of the last row (``memory_allocated_mb``, ``process_rss_mb``, ...)."""
-        return {k: float(v) for k, v in self.last.items()
-                if k.endswith("_mb") and isinstance(v, (int, float))}
+        """The latest memory scalars (``memory_allocated_mb``, ``process_rss_mb``, ...): rows carry
+        them only when memory was sampled (at most every ``sample_every_s``)."""
+        return self.memory
 
 
 @dataclass

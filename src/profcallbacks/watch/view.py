@@ -16,7 +16,8 @@ from profcallbacks.watch.state import LogdirState, RankView
 SPARK = "▁▂▃▄▅▆▇█"
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MEMORY_LABELS = {"memory_allocated_mb": "alloc", "memory_reserved_mb": "reserved",
-                  "max_memory_allocated_mb": "peak", "process_rss_mb": "rss"}
+                  "max_memory_allocated_mb": "peak", "memory_peak_mb": "peak",
+                  "process_rss_mb": "rss"}
 
 
 def sparkline(values: list[float], width: int = 30) -> str:

@@ -185,9 +185,12 @@ def test_memory_scalars_and_capture_verdicts(tmp_path: Path, capsys: pytest.Capt
     assert "verdict host_bound (55%)" in out and "sync_bound (30%)" in out and "input_bound (80%)" in out
 
 
-def test_without_memory_scalars_no_memory_column(stalled_run: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert "memory MB" not in _once(capsys, stalled_run)[1]
+def test_memory_of_a_real_run_and_none_without(stalled_run: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert "memory MB" in _once(capsys, stalled_run)[1] and " rss " in _once(capsys, stalled_run)[1]
+    (tmp_path / META_DIR).mkdir()
+    (tmp_path / META_DIR / "rank0.steps.jsonl").write_text(_row(0, 0, 9, 4.0))
+    assert "memory MB" not in _once(capsys, tmp_path)[1]
 
 
 # --- a real terminal ----------------------------------------------------------------------------

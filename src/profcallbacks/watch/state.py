@@ -86,9 +86,9 @@ class LogdirState:
     the last poll, so a refresh costs the same at step 100 as at step 1,000,000.
 
     Example:
-        >>> state = LogdirState(Path("runs/exp1"))  # doctest: +SKIP
-        >>> state.poll(); sorted(state.ranks)  # doctest: +SKIP
-        [0, 1]
+        >>> state = LogdirState(Path("runs/not-yet"))  # a job that has not started yet
+        >>> state.poll(), state.exists, state.ranks
+        (False, False, {})
     """
 
     def __init__(self, logdir: Path, *, report: Path | None = None) -> None:

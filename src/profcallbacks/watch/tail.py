@@ -41,9 +41,16 @@ class JsonlTail:
     read again from its start, and the batch says ``reset``.
 
     Example:
-        >>> tail = JsonlTail(Path("runs/x/profcallbacks/rank0.steps.jsonl"))  # doctest: +SKIP
-        >>> batch = tail.read(); batch.rows  # doctest: +SKIP
-        [{'rank': 0, 'first_step': 0, ...}]
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "rank0.steps.jsonl"
+        >>> _ = path.write_text('{"last_step": 9}\\n{"last_step": 1')  # the writer is mid-line
+        >>> tail = JsonlTail(path)
+        >>> tail.read().rows
+        [{'last_step': 9}]
+        >>> with path.open("a") as f:
+        ...     _ = f.write("9}\\n")
+        >>> tail.read().rows
+        [{'last_step': 19}]
     """
 
     def __init__(self, path: Path) -> None:

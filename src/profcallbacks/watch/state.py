@@ -13,6 +13,7 @@ from profcallbacks.core.timing import median
 from profcallbacks.findings import CAPTURE_VERDICT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
 from profcallbacks.watch.tail import JsonlTail
+from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
 
 SPARK_POINTS = 240
 """Step summaries kept per rank for the sparkline (older ones are merged pairwise)."""
@@ -202,13 +203,9 @@ class LogdirState:
         except (OSError, ValueError):
             return False  # not there yet, or being rewritten: try again next refresh
         self._report_mtime = mtime
-        if not isinstance(data, dict):
-            return False
-        verdict = data.get("verdict")
-        self.run_verdict = verdict if isinstance(verdict, dict) else None
-        for capture in data.get("captures") or []:
-            if isinstance(capture, dict) and isinstance(capture.get("verdict"), dict):
-                self._set_verdict(str(capture.get("directory")), capture["verdict"])
+        self.run_verdict, per_capture = report_verdicts(data)
+        for name, verdict in per_capture.items():
+            self._set_verdict(name, verdict)
         return True
 
     def _set_verdict(self, name: str, verdict: dict[str, Any]) -> None:
@@ -220,26 +217,9 @@ class LogdirState:
         self.findings.append(row)
         self.findings_total += 1
         if row.get("kind") == CAPTURE_VERDICT:
-            self._attach_verdict(row)
-
-    def _attach_verdict(self, row: dict[str, Any]) -> None:
-        """A ``capture_verdict`` finding names its capture (``details["capture"]``, a directory
-        name) and carries ``details["verdict"]`` (or the verdict's fields in ``details`` itself)."""
-        raw = row.get("details")
-        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        nested = details.get("verdict")
-        verdict: dict[str, Any] = nested if isinstance(nested, dict) else details
-        if not verdict.get("kind"):
-            return
-        name = details.get("capture") or details.get("directory")
-        if not isinstance(name, str) or not name:
-            step = row.get("step")
-            candidates = [c for c in self.captures.values()
-                          if isinstance(step, int) and c.first_step <= step]
-            if not candidates:
-                return
-            name = max(candidates, key=lambda c: c.first_step).name
-        self._set_verdict(Path(name).name, verdict)
+            found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
+            if found is not None:
+                self._set_verdict(*found)
 
 
 def _entries(path: Path) -> list[Path]:

@@ -205,8 +205,8 @@ def test_parent_directory_with_one_run_is_found(run: Path, tmp_path: Path,
     report = report_json(capsys, tmp_path / "output")
     assert report["logdir"] == str(tmp_path / "output" / "runs" / "exp1")
     shutil.copytree(run, tmp_path / "output" / "runs" / "exp2")
-    code, _, err = cli(capsys, "report", str(tmp_path / "output"))
-    assert code == 2 and "holds 2 runs" in err
+    code, out, err = cli(capsys, "report", str(tmp_path / "output"))
+    assert code == 0 and "holds 2 runs" in out and "runs/exp2" in out  # one headline per run
 
 
 # --- Lightning and Hugging Face runs ---------------------------------------------------------

@@ -1,7 +1,9 @@
-"""The ``profcallbacks`` command line: ``report LOGDIR`` and ``compare RUN_A RUN_B``.
+"""The ``profcallbacks`` command line: ``report LOGDIR``, ``compare RUN_A RUN_B`` and ``watch LOGDIR``.
 
 Exit status: 0 when something was read (files that could not be read are named on stderr), 1 when
 nothing in the log directory could be read, 2 for a path that does not exist or holds no run.
+``compare`` with a gate (``--fail-if-slower``, ``--fail-on-new-findings``): 0 passed, 1 regression,
+2 refused (a run too short to compare, or missing). ``watch``: 0 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks._version import __version__
+from profcallbacks.report.gate import DEFAULT_MIN_STEPS, METRICS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +39,51 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--format", choices=("text", "json"), default="text")
     compare.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     compare.add_argument("--top", type=int, default=15, help="operators to list (default 15)")
+    compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                         help="exit 1 when RUN_B's metric is more than PCT%% above RUN_A's (percentage "
+                              "points for data_wait_share); exit 2 when a run is too short to tell")
+    compare.add_argument("--metric", choices=tuple(METRICS), default="median_step",
+                         help="what --fail-if-slower compares (default median_step)")
+    compare.add_argument("--fail-on-new-findings", metavar="KIND,...",
+                         help="exit 1 when RUN_B has findings of these kinds (or 'any') and RUN_A none")
+    compare.add_argument("--min-steps", type=int, default=DEFAULT_MIN_STEPS,
+                         help=f"steps each run needs for the gate (default {DEFAULT_MIN_STEPS})")
+    watch = sub.add_parser("watch", help="live view of a log directory in the terminal",
+                           description="Live view of a log directory: per-rank step time, data wait, "
+                                       "captures and findings, read from its files only (also over "
+                                       "ssh, also after the job). Ctrl-C to stop.")
+    watch.add_argument("logdir", type=Path, metavar="LOGDIR")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    watch.add_argument("--ranks", type=int, default=16,
+                       help="ranks shown one per row; with more, a summary row and the slowest (default 16)")
+    watch.add_argument("--findings", type=int, default=8, help="latest findings shown (default 8)")
+    watch.add_argument("--report", type=Path, metavar="FILE",
+                       help="take verdicts from this report JSON (profcallbacks report --format json "
+                            "-o FILE), re-read when it changes")
     return parser
+
+
+def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
+    """Lists the runs below ``path`` with their headlines when it holds more than one."""
+    from profcallbacks.report.logdir import find_runs
+    from profcallbacks.report.runs import render_runs_text, run_headlines
+    from profcallbacks.report.safe import dumps_strict
+
+    try:
+        runs = find_runs(path) if path.is_dir() else []
+    except OSError:  # e.g. unreadable: the single-run path below names the problem
+        return None
+    if len(runs) < 2:
+        return None
+    rows = run_headlines(runs)
+    if args.format == "json":
+        return _emit(dumps_strict({"runs": rows}, indent=2) + "\n", args.output)
+    if args.format == "html":
+        print(f"profcallbacks: {path} holds {len(runs)} runs; an HTML report is of one run: "
+              "give one of them", file=sys.stderr)
+        return 2
+    return _emit(render_runs_text(str(path), rows), args.output)
 
 
 def _load(path: Path, top: int) -> dict[str, Any] | None:
@@ -71,6 +118,9 @@ def _report(args: argparse.Namespace) -> int:
     from profcallbacks.report import render_html, render_text
     from profcallbacks.report.safe import dumps_strict
 
+    listed = _several_runs(args.logdir, args)
+    if listed is not None:
+        return listed
     report = _load(args.logdir, args.top)
     if report is None:
         return 2
@@ -89,20 +139,46 @@ def _report(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from profcallbacks.report import compare_reports, render_compare_text
+    from profcallbacks.report.compare import ALL_OPERATORS
+    from profcallbacks.report.gate import gate
     from profcallbacks.report.safe import dumps_strict
 
-    a, b = _load(args.run_a, args.top), _load(args.run_b, args.top)
+    a, b = _load(args.run_a, ALL_OPERATORS), _load(args.run_b, ALL_OPERATORS)
+    gating = args.fail_if_slower is not None or bool(args.fail_on_new_findings)
     if a is None or b is None:
+        if gating:
+            print("refused: a run to compare is missing", file=sys.stderr)
         return 2
     cmp = compare_reports(a, b, top=args.top)
+    verdict = None
+    if gating:
+        kinds = tuple(k.strip() for k in (args.fail_on_new_findings or "").split(",") if k.strip())
+        verdict = gate(a, b, fail_if_slower=args.fail_if_slower, metric=args.metric,
+                       fail_on_new_findings=kinds, min_steps=args.min_steps)
+        cmp["gate"] = verdict
     text = dumps_strict(cmp, indent=2) + "\n" if args.format == "json" \
         else render_compare_text(cmp)
     status = _emit(text, args.output)
     for run, path in ((a, args.run_a), (b, args.run_b)):
         if not run["readable"]:
             print(f"profcallbacks: nothing in {path} could be read", file=sys.stderr)
-            return 1
+            return 2 if gating else 1
+    if verdict is not None:
+        print(verdict["verdict"], file=sys.stderr)
+        return max(status, int(verdict["exit_code"]))
     return status
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from profcallbacks.watch import WatchOptions, watch
+
+    try:
+        options = WatchOptions(interval_s=args.interval, once=args.once, max_rank_rows=args.ranks,
+                               max_findings=args.findings, report=args.report)
+    except ValueError as exc:
+        print(f"profcallbacks: {exc}", file=sys.stderr)
+        return 2
+    return watch(args.logdir, options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,8 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if getattr(args, "top", 1) < 1:
         parser.error(f"--top must be at least 1, got {args.top}")
+    if getattr(args, "min_steps", 1) < 1:
+        parser.error(f"--min-steps must be at least 1, got {args.min_steps}")
+    if getattr(args, "fail_if_slower", None) is not None and not args.fail_if_slower >= 0:
+        parser.error(f"--fail-if-slower must be a percentage of at least 0, got {args.fail_if_slower}")
+    commands = {"report": _report, "compare": _compare, "watch": _watch}
     try:
-        return _report(args) if args.command == "report" else _compare(args)
+        return commands[args.command](args)
     except KeyboardInterrupt:
         print("profcallbacks: interrupted", file=sys.stderr)
         return 130

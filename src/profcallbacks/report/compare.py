@@ -1,11 +1,16 @@
-"""What changed between two runs: step time, data-wait share, top operators and findings."""
+"""What changed between two runs: step time, data-wait share, operators, verdicts and findings."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from profcallbacks.report.build import SCHEMA_VERSION
 from profcallbacks.report.safe import visible
+
+ALL_OPERATORS = sys.maxsize
+"""``build_report(run, top=ALL_OPERATORS)``: the full operator tables that a comparison needs."""
+GPU_SHARES = ("idle_share", "compute_share", "non_compute_share", "comm_overlap_share")
 
 
 def _change(a: float | None, b: float | None) -> dict[str, float | None]:
@@ -17,7 +22,9 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> d
     """A comparison of two reports made by ``build_report`` (schema in docs/report-schema.md).
 
     Operators are compared by self time per traced step, so captures of different lengths
-    compare fairly.
+    compare fairly. Build both reports with ``top=ALL_OPERATORS``: an operator is ``new`` or
+    ``gone`` only when it is missing from a run's full table, and ``top`` then cuts the rows to the
+    biggest changes (with a cut table, an operator that only crossed the cut would look new).
     """
     sa, sb = a["steps"] or {}, b["steps"] or {}
     ba, bb = a["breakdown"] or {}, b["breakdown"] or {}
@@ -33,6 +40,8 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> d
         "breakdown": traced,
         "operators": {kind: _operators(a["top_operators"][kind], b["top_operators"][kind], top)
                       for kind in ("cpu", "gpu")},
+        "verdict": {"a": a.get("verdict"), "b": b.get("verdict")},
+        "gpu_breakdown": {key: _change(_mean_share(a, key), _mean_share(b, key)) for key in GPU_SHARES},
         "findings": _findings(a["findings_by_kind"], b["findings_by_kind"]),
         "problems": a["problems"] + b["problems"],
     }
@@ -49,6 +58,21 @@ def _operators(a: list[dict[str, Any]], b: list[dict[str, Any]], top: int) -> li
                      "status": "new" if ms_a is None else "gone" if ms_b is None else "changed"})
     rows.sort(key=lambda r: -abs(r["delta_ms"]))
     return rows[:top]
+
+
+def _mean_share(report: dict[str, Any], key: str) -> float | None:
+    """Mean of one ``gpu_breakdown`` share over every trace file of the run (``None`` without)."""
+    values = [f["gpu_breakdown"][key] for c in report.get("captures") or [] for f in c.get("files") or []
+              if isinstance(f.get("gpu_breakdown"), dict)
+              and isinstance(f["gpu_breakdown"].get(key), (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def _verdict_text(verdict: Any) -> str:
+    if not isinstance(verdict, dict) or not verdict.get("kind"):
+        return "-"
+    share = verdict.get("share")
+    return str(verdict["kind"]) + (f" ({share:.0%})" if isinstance(share, (int, float)) else "")
 
 
 def _findings(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -74,6 +98,14 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
     for key, label in (("step_ms", "step"), ("data_wait_ms", "data wait"), ("compute_ms", "compute"),
                        ("other_ms", "other"), ("gpu_kernel_ms", "GPU kernels busy")):
         out.append(_line(label, cmp["breakdown"][key]))
+    verdicts = cmp.get("verdict") or {}
+    if verdicts.get("a") or verdicts.get("b"):
+        out += ["", f"Verdict: {_verdict_text(verdicts.get('a'))} -> {_verdict_text(verdicts.get('b'))}"]
+    gpu = cmp.get("gpu_breakdown") or {}
+    if any(c["a"] is not None or c["b"] is not None for c in gpu.values()):
+        out += ["", "GPU time breakdown (mean share of each trace's GPU span)"]
+        out += [_line(key.removesuffix("_share").replace("_", "-"), change, share=True)
+                for key, change in gpu.items()]
     for kind, title in (("cpu", "CPU operators"), ("gpu", "GPU kernels")):
         rows = cmp["operators"][kind]
         if not rows:

@@ -153,3 +153,75 @@ def test_real_loop_with_sleeping_loader(tmp_path, delay_s, flagged):
     if flagged:
         assert stalls[0].step < 50 and stalls[0].details["loader"]["num_workers"] == 0
         assert "num_workers=0" in stalls[0].details["advice"][0]
+
+
+def test_advice_names_the_collate_function_inside_known_wrappers():
+    """The HF Trainer wraps its collator in RemoveColumnsCollator: the advice names what is inside."""
+    import functools
+
+    from transformers import default_data_collator
+    from transformers.trainer_utils import RemoveColumnsCollator
+
+    from profcallbacks.detect.loaders import stall_advice
+
+    def pad_and_stack(batch):
+        return batch
+
+    hf_default = RemoveColumnsCollator(default_data_collator, signature_columns=["x"])
+    info = describe_loader(DataLoader(range(8), collate_fn=hf_default))
+    assert info["collate_fn"] == "default_data_collator"
+    assert info["collate_wrappers"] == ["RemoveColumnsCollator"]
+    assert not any("collate" in a for a in stall_advice(info, bursty=False))
+
+    custom = RemoveColumnsCollator(functools.partial(pad_and_stack), signature_columns=["x"])
+    info = describe_loader(DataLoader(range(8), collate_fn=custom))
+    assert info["collate_fn"] == "pad_and_stack"
+    (advice,) = [a for a in stall_advice(info, bursty=False) if "collate" in a]
+    assert advice == ("profile the custom collate_fn (pad_and_stack, called through "
+                      "RemoveColumnsCollator > partial): it runs per batch")
+
+
+def test_logged_stall_says_its_kind_once(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="profcallbacks"):
+        findings = scripted_session(tmp_path, share_waits(0.4, 60) + share_waits(0.01, 60))
+    assert [f.kind for f in findings] == ["dataloader_stall", "dataloader_stall_cleared"]
+    logged = [r.getMessage() for r in caplog.records if "dataloader_stall" in r.getMessage()]
+    assert len(logged) == 2, logged
+    assert logged[0].startswith("[rank 0 step ") and "] dataloader_stall: 40% of step time" in logged[0]
+    assert "] dataloader_stall_cleared: data wait is down to 1%" in logged[1]
+    assert not any("dataloader stall" in m for m in logged)
+
+
+def test_log_finding_drops_a_repeated_kind_from_old_style_messages(caplog):
+    import logging
+
+    from profcallbacks.findings import Finding, log_finding
+
+    with caplog.at_level(logging.INFO, logger="profcallbacks"):
+        log_finding(Finding("dataloader_stall", 3, 0, "warning", "Dataloader stall: 40% waiting"))
+        log_finding(Finding("sync_point", 3, 0, "info", "host-device sync point at x.py:1"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "[rank 0 step 3] dataloader_stall: 40% waiting",
+        "[rank 0 step 3] sync_point: host-device sync point at x.py:1"]
+
+
+@pytest.mark.parametrize("compute_s", [0.0003, 0.003])
+def test_steady_fast_loader_on_real_short_steps_is_never_a_stall(tmp_path, compute_s):
+    """A real loop (3 s here; benchmarks/slowdown_real.py runs 30 s) with an in-memory loader:
+    machine jitter in short steps is not a stall."""
+    batches = [torch.randn(16, 8) for _ in range(32)]
+    model = torch.nn.Linear(8, 1)
+    prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, slowdown=None,
+                        watch_capture_file=False, sync_audit=False)
+    end = time.perf_counter() + 3.0
+    with prof:
+        while time.perf_counter() < end:
+            for x in prof.wrap(batches):
+                model(x).sum().backward()
+                spin_until = time.perf_counter() + compute_s
+                while time.perf_counter() < spin_until:
+                    pass
+                prof.step()
+    assert of(prof.findings, "dataloader_stall") == []

@@ -6,7 +6,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler, SyncAuditConfig
-from profcallbacks.detect.sync_audit import SyncAuditor, audit_findings_of
+from profcallbacks.detect.sync_audit import SyncAuditor, audit_findings_of, known_fix
 from profcallbacks.detect.sync_spy import SyncSpy
 from sync_scenario import EXPECTED, location, scenario_loss
 
@@ -48,14 +48,152 @@ def test_item_and_nonzero_are_found_on_their_exact_lines(tmp_path):
         assert f.step == 3
 
 
-def test_optimizer_item_calls_are_one_library_site_at_the_users_step_call(tmp_path):
-    prof = run(tmp_path)
-    library = [f for f in prof.findings if f.kind == "sync_point" and f.details["library"]]
-    assert [f.details["library"] for f in library] == ["torch"]
-    (site,) = library
-    assert site.details["location"] == location("optimizer", __file__)
-    assert site.details["op"] == "item" and site.details["calls_per_step"] >= 1
-    assert all("torch/optim" in where for where in site.details["library_sites"])
+OPTIMIZERS = {
+    "sgd-momentum": lambda p, foreach: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=foreach),
+    "adam": lambda p, foreach: torch.optim.Adam(p, lr=1e-3, foreach=foreach),
+    "adamw": lambda p, foreach: torch.optim.AdamW(p, lr=1e-3, foreach=foreach),
+    "rmsprop": lambda p, foreach: torch.optim.RMSprop(p, lr=1e-3, foreach=foreach),
+}
+
+
+def optimizer_loop(tmp_path, make_opt, steps=6, body=None, audit=AUDIT, schedule=None):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = make_opt(model.parameters())
+    prof = StepProfiler(tmp_path, schedule=schedule, tensorboard_scalars=False, slowdown=None,
+                        watch_capture_file=False, stall=None, sync_audit=audit)
+    with prof:
+        for i in range(steps):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if body is not None:
+                body(i, loss)
+            prof.step()
+    return [f for f in prof.findings if f.kind == "sync_point"]
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizers_host_step_counters_are_not_sync_points_on_a_cpu_run(tmp_path, name, foreach):
+    """Adam/AdamW/RMSprop call item() on host-side step counters (never a sync on a GPU either):
+    a loop with no sync of its own gets no sync_point finding."""
+    found = optimizer_loop(tmp_path, lambda p: OPTIMIZERS[name](p, foreach))
+    assert found == []
+
+
+def test_a_real_item_on_the_loss_is_still_found_at_its_line_next_to_adamw(tmp_path):
+    def body(i, loss):
+        loss.item()  # SYNC: loss-item
+
+    found = optimizer_loop(tmp_path, lambda p: OPTIMIZERS["adamw"](p, False), body=body)
+    (site,) = found
+    assert site.details["location"] == location("loss-item", __file__)
+    assert site.details["op"] == "item" and site.details["library"] is None
+    assert "trainable parameters" in site.details["decided_by"]
+
+
+def test_host_index_tensors_for_data_loading_are_not_reported(tmp_path):
+    """nanoGPT's get_batch: a CPU index tensor indexes a numpy array (item() per index)."""
+    import numpy as np
+
+    data = np.arange(10_000, dtype=np.int64)
+
+    def get_batch():
+        ix = torch.randint(len(data) - 9, (8,))
+        x = torch.stack([torch.from_numpy(data[i:i + 8].astype(np.float32)) for i in ix])
+        return x[:, :4]
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, slowdown=None,
+                        watch_capture_file=False, stall=None, sync_audit=AUDIT)
+    with prof:
+        for _ in range(6):
+            loss = model(get_batch()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    assert [f for f in prof.findings if f.kind == "sync_point"] == []
+
+
+def periodic(i, loss):
+    if i % 10 == 0:
+        loss.item()  # SYNC: every-10
+    if (i + 1) % 50 == 0:
+        float(loss.detach())  # SYNC: every-50
+    if i % 100 == 0:
+        loss.detach().tolist()  # SYNC: every-100
+
+
+@pytest.mark.parametrize("schedule, audited", [
+    (None, [19, 20]), (Schedule(), [19, 20]),  # window 10-13
+    (Schedule(skip_first=10, warmup=1, active=5, repeat=2), [29, 30])])  # the README's: 10-21
+def test_work_done_every_10_50_or_100_steps_is_seen_by_the_default_audit(tmp_path, schedule,
+                                                                         audited):
+    found = optimizer_loop(tmp_path, lambda p: OPTIMIZERS["adam"](p, False), steps=101,
+                           body=periodic, audit=SyncAuditConfig(), schedule=schedule)
+    here = __file__
+    sites = {f.details["location"]: f for f in found}
+    assert set(sites) == {location(m, here) for m in ("every-10", "every-50", "every-100")}
+    assert sites[location("every-10", here)].details["audited_steps"] == audited
+    assert sites[location("every-10", here)].details["seen_at_steps"] == [audited[1]]
+    assert sites[location("every-50", here)].details["seen_at_steps"] == [99]
+    every_100 = sites[location("every-100", here)]
+    assert every_100.details["seen_at_steps"] == [100] and every_100.step == 100
+    assert every_100.details["audited_steps"] == audited + [99, 100]
+    assert "periodic work" in every_100.message and "at step 100 of audited steps" in every_100.message
+
+
+def test_the_default_audit_budget_is_4_steps():
+    assert SyncAuditConfig().audited_steps == (19, 20, 99, 100)
+
+
+def test_library_sites_get_their_own_lines_and_known_fixes():
+    """The HF Trainer's NaN/Inf filter and Lightning's conversion of logged values, found in
+    the installed libraries' sources (line numbers looked up, never hard-coded)."""
+    import lightning.fabric.utilities.apply_func as apply_func
+    import transformers.trainer as trainer
+
+    def line_of(module, needle):
+        with open(module.__file__, encoding="utf-8") as f:
+            return next(i for i, line in enumerate(f, 1) if needle in line)
+
+    hf = f"{trainer.__file__}:{line_of(trainer, 'and (torch.isnan(tr_loss_step)')}"
+    assert "logging_nan_inf_filter=False" in known_fix(hf)
+    pl = f"{apply_func.__file__}:{line_of(apply_func, 'return value.item()')}"
+    assert "prog_bar=False" in known_fix(pl)
+    assert known_fix(f"{trainer.__file__}:1") is None
+
+
+def test_library_site_details_name_the_library_line_and_op(tmp_path):
+    """A sync inside a library (here: torch's clip_grad_norm_ with error_if_nonfinite=True)."""
+    def body(i, loss):
+        pass
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, slowdown=None,
+                        watch_capture_file=False, stall=None, sync_audit=AUDIT)
+    with prof:
+        for _ in range(5):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)  # SYNC: clip
+            opt.step()
+            prof.step()
+    (site,) = [f for f in prof.findings if f.kind == "sync_point"]
+    assert site.details["library"] == "torch"
+    assert site.details["location"] == location("clip", __file__)
+    (lib,) = site.details["library_sites"]
+    assert "torch/nn/utils/clip_grad.py:" in lib["location"] and lib["op"] == "bool(tensor)"
+    assert "error_if_nonfinite" in lib["fix"] and lib["location"] in site.message
 
 
 def test_allowlist_silences_a_line_or_a_file(tmp_path):
@@ -159,3 +297,76 @@ def test_auditor_restores_everything_when_cancelled():
 def test_bad_audit_config_names_the_parameter(kwargs, words):
     with pytest.raises(ValueError, match=words):
         SyncAuditConfig(**kwargs)
+
+
+class XDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        return {"x": torch.randn(4)}
+
+
+def library_sites_of(findings, library):
+    return [lib for f in findings if f.kind == "sync_point" and f.details["library"] == library
+            for lib in f.details["library_sites"]]
+
+
+def test_hf_trainer_nan_inf_filter_is_a_library_site_with_its_fix(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from profcallbacks.hf import ProfilerCallback
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return {"loss": self.linear(x).pow(2).mean()}
+
+    def train(filter_on):
+        callback = ProfilerCallback(tmp_path / str(filter_on), schedule=None, stall=None,
+                                    slowdown=None, tensorboard_scalars=False,
+                                    watch_capture_file=False, sync_audit=SyncAuditConfig(at_step=2))
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=5, per_device_train_batch_size=2,
+            use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+            disable_tqdm=True, logging_nan_inf_filter=filter_on)
+        transformers.Trainer(model=Model(), args=args, train_dataset=XDataset(),
+                             callbacks=[callback]).train()
+        return library_sites_of(callback.findings, "transformers")
+
+    (site,) = [s for s in train(True) if s["fix"]]
+    assert "transformers/trainer.py:" in site["location"] and site["op"] == "bool(tensor)"
+    assert "logging_nan_inf_filter=False" in site["fix"]
+    assert not any("trainer.py" in s["location"] for s in train(False))
+
+
+def test_lightning_prog_bar_logging_is_a_library_site_with_its_fix(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from profcallbacks.lightning import ProfilerCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.linear(batch["x"]).pow(2).mean()
+            self.log("train_loss", loss, prog_bar=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+    callback = ProfilerCallback(tmp_path, schedule=None, stall=None, slowdown=None,
+                                tensorboard_scalars=False, watch_capture_file=False,
+                                sync_audit=SyncAuditConfig(at_step=2))
+    trainer = pl.Trainer(max_steps=5, accelerator="cpu", logger=False, callbacks=[callback],
+                         enable_checkpointing=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))
+    trainer.fit(Module(), DataLoader(XDataset(), batch_size=2))
+    sites = library_sites_of(callback.findings, "lightning")
+    fixes = [s for s in sites if s["fix"]]
+    assert fixes and all("prog_bar=False" in s["fix"] for s in fixes), sites
+    assert not library_sites_of(callback.findings, "torch")  # AdamW's step counters

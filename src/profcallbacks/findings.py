@@ -89,9 +89,14 @@ class FindingsFile:
 
 
 def log_finding(finding: Finding) -> None:
-    """Sends a finding to ``logging.getLogger("profcallbacks")`` at its severity."""
+    """Sends a finding to ``logging.getLogger("profcallbacks")`` at its severity, as
+    ``[rank R step S] kind: message``; a message that starts by repeating its kind in words
+    (``"dataloader stall: ..."``) is not repeated."""
+    message, said = finding.message, finding.kind.replace("_", " ") + ":"
+    if message[:len(said)].lower() == said:
+        message = message[len(said):].lstrip()
     log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %d] %s: %s",
-            finding.rank, finding.step, finding.kind, finding.message)
+            finding.rank, finding.step, finding.kind, message)
 
 
 class FindingRouter:

@@ -6,6 +6,37 @@ import os
 from typing import Any
 
 LoaderInfo = dict[str, Any]
+# attributes through which known wrappers reach the function that really builds the batch: the
+# HF Trainer's RemoveColumnsCollator (data_collator), functools.partial (func), decorators
+_WRAPPED = ("data_collator", "collate_fn", "func", "__wrapped__")
+DEFAULT_COLLATES = ("default_collate", "default_convert", "default_data_collator",
+                    "DefaultDataCollator")
+
+
+def collate_name(collate: object) -> tuple[str, list[str]]:
+    """The name of the function that really builds batches, and the wrappers around it.
+
+    Example:
+        >>> import functools
+        >>> from torch.utils.data import default_collate
+        >>> collate_name(functools.partial(default_collate))
+        ('default_collate', ['partial'])
+    """
+    wrappers: list[str] = []
+    obj = collate
+    for _ in range(6):
+        inner = next((w for w in (getattr(obj, a, None) for a in _WRAPPED)
+                      if callable(w) and w is not obj), None)
+        if inner is None:
+            break
+        wrappers.append(_name(obj))
+        obj = inner
+    return _name(obj), wrappers
+
+
+def _name(obj: object) -> str:
+    name = getattr(obj, "__name__", None)
+    return name if isinstance(name, str) else type(obj).__name__
 
 
 def describe_loader(obj: object) -> LoaderInfo:
@@ -21,6 +52,9 @@ def describe_loader(obj: object) -> LoaderInfo:
     Returns:
         ``{"type", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
         "batch_size", "collate_fn", "dataset", "cpus", "cuda"}``; keys the loader lacks are absent.
+        ``collate_fn`` names the function inside known wrappers (``collate_wrappers``: their
+        names, outermost first), e.g. ``default_data_collator`` inside the HF Trainer's
+        ``RemoveColumnsCollator``.
 
     Example:
         >>> from torch.utils.data import DataLoader
@@ -35,11 +69,13 @@ def describe_loader(obj: object) -> LoaderInfo:
         loader = next((x for x in flattened if isinstance(x, DataLoader)), obj)
     info: LoaderInfo = {"type": type(loader).__name__, "cpus": os.cpu_count() or 1}
     if isinstance(loader, DataLoader):
-        collate = getattr(loader, "collate_fn", None)
+        collate, wrappers = collate_name(getattr(loader, "collate_fn", None))
+        if wrappers:
+            info["collate_wrappers"] = wrappers
         info.update(num_workers=int(loader.num_workers), pin_memory=bool(loader.pin_memory),
                     persistent_workers=bool(loader.persistent_workers),
                     prefetch_factor=loader.prefetch_factor, batch_size=loader.batch_size,
-                    collate_fn=getattr(collate, "__name__", type(collate).__name__),
+                    collate_fn=collate,
                     dataset=type(loader.dataset).__name__)
     try:
         import torch
@@ -81,8 +117,11 @@ def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> li
         if bursty:
             advice.append(f"waits come in bursts: a larger prefetch_factor (now "
                           f"{info.get('prefetch_factor')}) smooths them")
-    if info.get("collate_fn") not in (None, "default_collate", "default_convert"):
-        advice.append(f"profile the custom collate_fn ({info['collate_fn']}): it runs per batch")
+    if info.get("collate_fn") not in (None, "NoneType", *DEFAULT_COLLATES):
+        inside = info.get("collate_wrappers")
+        advice.append(f"profile the custom collate_fn ({info['collate_fn']}"
+                      + (f", called through {' > '.join(inside)}" if inside else "")
+                      + "): it runs per batch")
     advice.append("make __getitem__ cheaper (decode, resize or tokenize once and cache; avoid "
                   "per-sample Python loops)")
     if info.get("cuda") and info.get("pin_memory") is False:

@@ -1,25 +1,40 @@
-"""Step-slowdown alerts: a robust online baseline of step time and a hysteresis alarm on top of it.
+"""Step-slowdown alerts: the run's typical speed as baseline, and slow stretches sustained in time.
 
-How it decides (all numbers are eligible steps: not captured, not right after a pause or start,
-past ``warmup_steps``):
+How it decides (eligible steps only: not captured or audited, not right after a pause or the
+start, past ``warmup_steps``; every duration is the sum of the steps' own times, i.e. the run's
+wall time without its pauses, so no clock is read):
 
-- Baseline. The first ``baseline_steps`` eligible steps give the baseline: their median. After
-  that, every further block of ``baseline_steps`` steps yields a block median, and the baseline
-  moves *down* to a speed that two consecutive blocks confirm, never up. A baseline that followed
-  the run upwards would follow a slow drift and never alert; the fastest confirmed speed does not.
-- Window statistic. The mean of the last ``window`` step times, each step capped at
-  ``spike_cap`` x baseline, so a one-off 3x spike moves it by at most ``(spike_cap - 1)/window``.
-  It costs O(1) per step (a running sum over a ring).
-- Alert. The window statistic at or above ``threshold`` x baseline for ``patience`` steps in a
-  row raises one ``step_slowdown`` warning for the episode; the first slow step is the most likely
-  change point in the recent steps (a CUSUM estimate).
-- Hysteresis and recovery. The episode ends when the statistic stays below ``recover_threshold``
-  x baseline for ``patience`` steps: an info finding ``step_speed_recovered``.
-- Re-baselining. An episode that lasts ``rebaseline_after_steps`` eligible steps after its alert
-  is taken as the run's new normal: the baseline becomes the median of the last ``window`` steps,
-  an info finding ``step_baseline_reset`` says so, and only a further slowdown alerts again.
-- Captures. Each alert asks the session for a capture (trigger ``slowdown``) unless one was asked
-  for in the last ``capture_cooldown_steps`` steps (``details["capture"]`` says which).
+- Baseline: the run's typical speed. Steps are cut into blocks of at least ``baseline_steps``
+  steps and ``baseline_block_s`` seconds; the baseline is the median of the last
+  ``baseline_blocks`` accepted block medians (15 blocks of >= 1 s by default). A lucky fast block
+  or a slow one moves it by at most one rank of that median, never to an extreme. A block whose
+  median is at or above ``threshold`` x baseline, or that ends during an alerted slowdown, is not
+  accepted, so a slowdown never raises its own baseline (not even one in the second block).
+  Lasting changes are followed: a speed-up by the median within half the window, a slowdown by
+  re-baselining.
+- Slow stretch. Each step time, capped at ``spike_cap`` x baseline, feeds a one-sided CUSUM with
+  reference ``threshold`` x baseline: while it is positive, the steps since it last left zero
+  have a capped mean at or above the threshold. That stretch is alerted once it has lasted
+  ``min_steps`` steps *and* ``min_duration_s`` seconds at a step where the CUSUM is at its peak
+  (the latest steps are still slow: the decaying tail after a short burst never alerts). For
+  long steps the step count decides, for short ones the time (machine jitter comes in bursts of
+  milliseconds to a second).
+- Message. The alert quotes the stretch from its first slow step: its mean step time (at or
+  above the threshold by construction), ratio, steps and seconds. The first slow step is the
+  change point of a second CUSUM with reference halfway to the threshold, when the stretch from
+  there is still at or above the threshold, else the first step of the alerted stretch.
+- Recovery: the mirror image (steps below ``recover_threshold`` x baseline for ``min_steps``
+  steps and ``min_duration_s`` seconds): an info finding ``step_speed_recovered``.
+- Re-baselining: an alerted slowdown still going on after ``rebaseline_after_steps`` steps and
+  ``rebaseline_after_s`` seconds is the run's new normal: the baseline becomes the median of its
+  blocks (``step_baseline_reset``, info), and only a further slowdown alerts.
+- Captures: each alert asks for a capture (trigger ``slowdown``) unless one was asked for in the
+  last ``capture_cooldown_steps`` steps (``details["capture"]`` says which).
+
+Budgets (``benchmarks/slowdown_scenarios.py`` and ``benchmarks/slowdown_real.py`` measure
+them): a sustained slowdown of 25% or more is alerted within max(50 steps, ``min_duration_s`` +
+5 s) of its onset, and the first slow step is within max(100 steps, 2% of the steps since the
+baseline was set) of the true onset.
 """
 
 from __future__ import annotations
@@ -38,6 +53,8 @@ if TYPE_CHECKING:
     from profcallbacks.detect.straggler import StragglerConfig
 
 log = logging.getLogger(__name__)
+_MAX_BLOCK_STEPS = 20_000  # a block of tiny steps ends here whatever its duration (bounded memory)
+_OWNER = "SlowdownConfig"
 
 
 @dataclass(frozen=True)
@@ -45,24 +62,26 @@ class SlowdownConfig:
     """When slower steps raise an alert (see the module docstring for the method).
 
     Args:
-        threshold: Ratio of recent to baseline step time that counts as slow (1.2 = 20% slower).
-            Sustained slowdowns of 25% or more are alerted within 50 steps with the defaults
-            (measured: a median of 24-25 steps, at most 41).
-        recover_threshold: Ratio below which a slow episode is over; between 1 and ``threshold``
-            (``None``: halfway, 1.1 for the default threshold).
-        warmup_steps: Steps after start that never enter the baseline.
-        baseline_steps: Steps per baseline block (the baseline is a block median).
-        window: Recent steps whose capped mean is compared with the baseline.
-        patience: Consecutive steps the comparison must hold before an alert (or a recovery).
-        spike_cap: Single steps count as at most ``spike_cap`` x baseline in the window mean
-            (``None``: ``threshold + 0.2``, 1.4 for the default threshold).
-        rebaseline_after_steps: Steps an alerted episode must last before its level becomes the
-            new baseline (``None``: never re-baseline).
+        threshold: Ratio of step time to the baseline that counts as slow (1.2 = 20% slower).
+        recover_threshold: Ratio below which a slow episode is over; at least 1 and below
+            ``threshold`` (``None``: halfway, 1.1 for the default threshold).
+        warmup_steps: Steps after start that are ignored.
+        baseline_steps: Fewest steps in a baseline block.
+        baseline_block_s: Fewest seconds of steps in a baseline block.
+        baseline_blocks: Accepted blocks whose medians' median is the baseline.
+        min_steps: Fewest steps a slow stretch (or a recovery) lasts before it is reported.
+        min_duration_s: Fewest seconds of step time a slow stretch (or a recovery) lasts before
+            it is reported (5 s: the longest jitter burst measured on a loaded VM was ~1-2 s).
+        spike_cap: Single steps count as at most ``spike_cap`` x baseline (``None``:
+            ``threshold + 0.2``, 1.4 for the default threshold).
+        rebaseline_after_steps: Steps an alerted slowdown lasts before it becomes the new
+            baseline (``None``: never re-baseline).
+        rebaseline_after_s: Seconds of step time it must last as well.
         capture_cooldown_steps: Fewest steps between two captures asked for by slowdown alerts.
         straggler: Cross-rank straggler check (``None``: off; see ``StragglerConfig``).
 
     Example:
-        >>> SlowdownConfig(threshold=1.3, window=40).recover_ratio
+        >>> SlowdownConfig(threshold=1.3, min_duration_s=10).recover_ratio
         1.15
     """
 
@@ -70,15 +89,18 @@ class SlowdownConfig:
     recover_threshold: float | None = None
     warmup_steps: int = 20
     baseline_steps: int = 100
-    window: int = 30
-    patience: int = 3
+    baseline_block_s: float = 1.0
+    baseline_blocks: int = 15
+    min_steps: int = 20
+    min_duration_s: float = 5.0
     spike_cap: float | None = None
     rebaseline_after_steps: int | None = 200
+    rebaseline_after_s: float = 60.0
     capture_cooldown_steps: int = 500
     straggler: StragglerConfig | None = None
 
     def __post_init__(self) -> None:
-        owner = "SlowdownConfig"
+        owner = _OWNER
         t = check_number(owner, "threshold", self.threshold, above=1.0, maximum=100.0,
                          fix="Use e.g. threshold=1.2 (a ratio of step times: 20% slower).")
         if self.recover_threshold is not None:
@@ -96,8 +118,15 @@ class SlowdownConfig:
         check_int(owner, "warmup_steps", self.warmup_steps, minimum=0, example=20)
         check_int(owner, "baseline_steps", self.baseline_steps, minimum=5, maximum=100_000,
                   example=100)
-        check_int(owner, "window", self.window, minimum=3, maximum=100_000, example=30)
-        check_int(owner, "patience", self.patience, minimum=1, maximum=100_000, example=3)
+        check_number(owner, "baseline_block_s", self.baseline_block_s, minimum=0.0,
+                     maximum=3600.0, example=1.0)
+        check_int(owner, "baseline_blocks", self.baseline_blocks, minimum=1, maximum=1000,
+                  example=15)
+        check_int(owner, "min_steps", self.min_steps, minimum=1, maximum=100_000, example=20)
+        check_number(owner, "min_duration_s", self.min_duration_s, minimum=0.0, maximum=86400.0,
+                     example=5.0)
+        check_number(owner, "rebaseline_after_s", self.rebaseline_after_s, minimum=0.0,
+                     example=60.0)
         check_int(owner, "capture_cooldown_steps", self.capture_cooldown_steps, minimum=0,
                   example=500)
         if self.rebaseline_after_steps is not None:
@@ -122,19 +151,59 @@ class SlowdownConfig:
         return round(1.0 + (self.threshold - 1.0) / 2, 6)
 
 
+class _Stretch:
+    """A one-sided CUSUM and the stretch of steps since it last left zero.
+
+    ``at_peak``: the score is at its highest since the stretch began, i.e. the latest steps
+    still lean past the reference (not the decaying tail of an earlier burst).
+    """
+
+    __slots__ = ("score", "peak", "first", "steps", "time_s", "at_peak")
+
+    def __init__(self) -> None:
+        self.score: float = 0.0
+        self.peak: float = 0.0
+        self.first: int = 0
+        self.steps: int = 0
+        self.time_s: float = 0.0
+        self.at_peak: bool = False
+
+    def add(self, step: int, excess: float, t: float) -> None:
+        """``excess``: the step's (capped) distance past the reference, in seconds."""
+        score = self.score
+        if score <= 0.0:
+            if excess <= 0.0:
+                return
+            score, self.peak, self.first, self.steps, self.time_s = 0.0, 0.0, step, 0, 0.0
+        score += excess
+        self.steps += 1
+        self.time_s += t
+        self.at_peak = score >= self.peak
+        if self.at_peak:
+            self.peak = score
+        self.score = score if score > 0.0 else 0.0
+
+    def clear(self) -> None:
+        self.score = self.peak = self.time_s = 0.0
+        self.first = self.steps = 0
+        self.at_peak = False
+
+
 class SlowdownDetector:
-    """Raises one ``step_slowdown`` finding per episode of slower steps; O(1) work per step.
+    """Raises one ``step_slowdown`` finding per sustained slowdown; O(1) work per step.
 
     Args:
-        config: Thresholds and window sizes.
+        config: Thresholds and durations.
         rank: Global rank written into findings.
         capture: Alerts ask for a capture of the slow steps (``capture_on_slowdown``).
 
     Example:
-        >>> det = SlowdownDetector(SlowdownConfig(warmup_steps=0, baseline_steps=5, window=3))
+        >>> config = SlowdownConfig(warmup_steps=0, baseline_steps=5, baseline_block_s=0,
+        ...                         min_steps=3, min_duration_s=0.05)
+        >>> det = SlowdownDetector(config)
         >>> found = [f for i in range(40) for f in det.observe(StepRecord(i, 0.01 * (1 + (i > 20)), 0))]
-        >>> [(f.kind, f.details["ratio"]) for f in found]
-        [('step_slowdown', 2.0)]
+        >>> [(f.kind, f.details["first_slow_step"], f.details["ratio"]) for f in found]
+        [('step_slowdown', 21, 2.0)]
     """
 
     def __init__(self, config: SlowdownConfig, *, rank: int = 0, capture: bool = True) -> None:
@@ -143,171 +212,172 @@ class SlowdownDetector:
         self.capture = capture
         self.baseline_s: float | None = None
         self.slow = False
-        self._threshold = float(config.threshold)
-        self._recover = config.recover_ratio
-        self._warmup, self._block_size = config.warmup_steps, config.baseline_steps
-        self._window, self._patience = config.window, config.patience
-        self._alert_sum = self._recover_sum = 0.0  # threshold x window x baseline (and recover)
+        self._threshold, self._recover = float(config.threshold), config.recover_ratio
         self._seen = 0
         self._block: list[float] = []
-        self._last_block_median: float | None = None
-        self._ring = [0.0] * config.window       # capped step times, for the running sum
-        self._pos = 0
-        self._filled = 0
-        self._sum = 0.0
-        self._cap_s = 0.0
-        self._recent: deque[tuple[int, float]] = deque(maxlen=2 * config.window + config.patience)
-        self._run = 0                             # consecutive steps over (or under) the line
+        self._block_s = 0.0
+        self._accepted: deque[float] = deque(maxlen=config.baseline_blocks)
+        self._episode_blocks: deque[float] = deque(maxlen=config.baseline_blocks)
+        self._recent: deque[float] = deque(maxlen=config.baseline_steps)
+        self._up, self._onset, self._down = _Stretch(), _Stretch(), _Stretch()
+        self._cap_s = self._up_ref = self._onset_ref = self._down_ref = 0.0
         self._alert_step = 0
-        self._slow_steps = 0                      # eligible steps since the alert
+        self._since_alert_steps, self._since_alert_s = 0, 0.0
         self._last_capture: int | None = None
 
     @property
     def ratio(self) -> float | None:
-        """Capped window mean over baseline, once both exist."""
-        if self.baseline_s is None or self._filled < len(self._ring):
+        """Median of the last ``baseline_steps`` steps over the baseline, once both exist."""
+        if self.baseline_s is None or not self._recent:
             return None
-        return self._sum / (self._filled * self.baseline_s)
+        return median(self._recent) / self.baseline_s
 
     def scalars(self) -> dict[str, float]:
-        """Logged with each step-time summary: median of the last ``window`` steps over the
-        baseline (``slowdown_ratio``), and the baseline in milliseconds."""
-        if self.ratio is None or self.baseline_s is None:
+        """Logged with each step-time summary: ``slowdown_ratio`` (recent median over the
+        baseline) and ``baseline_step_time_ms``."""
+        ratio = self.ratio
+        if ratio is None or self.baseline_s is None:
             return {}
-        observed = median([t for _, t in list(self._recent)[-len(self._ring):]])
-        return {"slowdown_ratio": observed / self.baseline_s,
-                "baseline_step_time_ms": self.baseline_s * 1e3}
+        return {"slowdown_ratio": ratio, "baseline_step_time_ms": self.baseline_s * 1e3}
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Takes one finished step; returns the findings it completes (usually none)."""
         if record.captured or record.after_pause:
             return ()
-        # the common path is inlined: a few attribute reads and float operations
         self._seen += 1
-        if self._seen <= self._warmup:
+        if self._seen <= self.config.warmup_steps:
             return ()
         t = record.step_time_s
-        self._recent.append((record.step, t))
-        block = self._block
-        block.append(t)
-        if len(block) >= self._block_size and self._close_block():
-            pass  # the ring was rebuilt from the recent steps, this one included
-        elif self.baseline_s is None:
-            return ()
-        else:
-            cap, ring, pos = self._cap_s, self._ring, self._pos
-            capped = t if t < cap else cap
-            self._sum += capped - ring[pos]
-            ring[pos] = capped
-            pos += 1
-            self._pos = pos if pos < self._window else 0
-            if self._filled < self._window:
-                self._filled += 1
-        if self._filled < self._window:
-            return ()
-        if not self.slow:
-            if self._sum < self._alert_sum:
-                self._run = 0
-                return ()
-            self._run += 1
-            return (self._alert(record.step),) if self._run >= self._patience else ()
-        return self._while_slow(record.step)
-
-    def _while_slow(self, step: int) -> Iterable[Finding]:
-        self._slow_steps += 1
-        self._run = self._run + 1 if self._sum < self._recover_sum else 0
-        if self._run >= self._patience:
-            return (self._recovered(step),)
-        limit = self.config.rebaseline_after_steps
-        if limit is not None and self._slow_steps >= limit:
-            return (self._rebaseline(step),)
-        return ()
-
-    def _close_block(self) -> bool:
-        """A block of ``baseline_steps`` is complete: set or lower the baseline (True if so)."""
-        block_median = median(self._block)
-        self._block = []
-        self._sum = sum(self._ring)  # no rounding drift in the running sum
-        previous, self._last_block_median = self._last_block_median, block_median
+        self._recent.append(t)
+        self._block.append(t)
+        self._block_s += t
+        block_done = (len(self._block) >= self.config.baseline_steps
+                      and self._block_s >= self.config.baseline_block_s) \
+            or len(self._block) >= _MAX_BLOCK_STEPS
         if self.baseline_s is None:
-            self._set_baseline(block_median)
-            return True
-        if previous is not None and max(previous, block_median) < self.baseline_s and not self.slow:
-            self._set_baseline(max(previous, block_median))
-            return True
-        return False
+            if block_done:
+                self._close_block()
+            return ()
+        capped = t if t < self._cap_s else self._cap_s
+        step = record.step
+        found: list[Finding] = []
+        if not self.slow:
+            self._up.add(step, capped - self._up_ref, t)
+            self._onset.add(step, capped - self._onset_ref, t)
+            if self._sustained(self._up):
+                found.append(self._alert(step))
+        else:
+            self._since_alert_steps += 1
+            self._since_alert_s += t
+            self._down.add(step, self._down_ref - capped, t)
+            if self._sustained(self._down):
+                found.append(self._recovered(step))
+            elif self._rebaseline_due():
+                found.append(self._rebaseline(step))
+        if block_done:
+            self._close_block()
+        return found
+
+    def _sustained(self, stretch: _Stretch) -> bool:
+        return (stretch.at_peak and stretch.score > 0.0 and stretch.steps >= self.config.min_steps
+                and stretch.time_s >= self.config.min_duration_s)
+
+    def _rebaseline_due(self) -> bool:
+        limit = self.config.rebaseline_after_steps
+        return (limit is not None and self._since_alert_steps >= limit
+                and self._since_alert_s >= self.config.rebaseline_after_s)
+
+    def _close_block(self) -> None:
+        """A block is complete: accept its median into the baseline, or hold it out."""
+        block_median = median(self._block)
+        self._block, self._block_s = [], 0.0
+        if self.slow:
+            self._episode_blocks.append(block_median)
+            return
+        if self.baseline_s is not None and block_median >= self._threshold * self.baseline_s:
+            return  # a slow stretch (alerted or not yet) never raises its own baseline
+        self._accepted.append(block_median)
+        self._set_baseline(median(self._accepted))
 
     def _set_baseline(self, baseline_s: float) -> None:
         self.baseline_s = baseline_s
         self._cap_s = self.config.spike_ratio * baseline_s
-        cap, recent = self._cap_s, list(self._recent)[-len(self._ring):]
-        self._ring = [0.0] * len(self._ring)
-        for i, (_, t) in enumerate(recent):
-            self._ring[i] = t if t < cap else cap
-        self._filled = len(recent)
-        self._pos = self._filled % len(self._ring)
-        self._sum = sum(self._ring)
-        self._alert_sum = self._threshold * self._window * baseline_s
-        self._recover_sum = self._recover * self._window * baseline_s
+        self._up_ref = self._threshold * baseline_s
+        self._onset_ref = (1.0 + self._threshold) / 2 * baseline_s
+        self._down_ref = self._recover * baseline_s
 
     def _alert(self, step: int) -> Finding:
-        assert self.baseline_s is not None
-        ratio = self._sum / (self._window * self.baseline_s)
-        self.slow, self._run, self._alert_step, self._slow_steps = True, 0, step, 0
-        first = self._onset()
-        observed = median([t for s, t in self._recent if s >= first])
-        cooldown = self.config.capture_cooldown_steps
-        last = self._last_capture
+        base = self.baseline_s
+        assert base is not None
+        up, onset = self._up, self._onset
+        stretch = up
+        if onset.steps and onset.first <= up.first and onset.time_s / onset.steps >= self._up_ref:
+            stretch = onset
+        first, steps, time_s = stretch.first, stretch.steps, stretch.time_s
+        observed = time_s / steps
+        ratio = observed / base
+        self.slow, self._alert_step = True, step
+        self._since_alert_steps, self._since_alert_s = 0, 0.0
+        self._up.clear()
+        self._onset.clear()
+        self._down.clear()
+        self._episode_blocks.clear()
+        cooldown, last = self.config.capture_cooldown_steps, self._last_capture
         capture = self.capture and (last is None or step - last >= cooldown)
         if capture:
             self._last_capture = step
-        obs_ratio = observed / self.baseline_s
+        tail = ("; capturing the slow steps" if capture else
+                f"; no capture (one was asked for at step {last})" if self.capture else "")
         return Finding(
             STEP_SLOWDOWN, step=step, rank=self.rank, severity="warning",
-            message=(f"steps are {obs_ratio:.2f}x slower since step {first}: "
-                     f"{observed * 1e3:.1f} ms against a baseline of {self.baseline_s * 1e3:.1f} ms"
-                     + ("; capturing the slow steps" if capture else
-                        f"; no capture (one was asked for at step {last})" if self.capture
-                        else "")),
-            details={"first_slow_step": first, "baseline_step_time_s": self.baseline_s,
-                     "observed_step_time_s": observed, "ratio": round(obs_ratio, 4),
-                     "window_ratio": round(ratio, 4), "threshold": self._threshold,
+            message=(f"steps are {ratio:.2f}x slower since step {first}: {_ms(observed)} per "
+                     f"step over {steps} steps ({time_s:.1f} s) against a typical "
+                     f"{_ms(base)}{tail}"),
+            details={"first_slow_step": first, "baseline_step_time_s": base,
+                     "observed_step_time_s": observed, "ratio": round(ratio, 4),
+                     "slow_steps": steps, "slow_duration_s": round(time_s, 3),
+                     "threshold": self._threshold, "min_duration_s": self.config.min_duration_s,
                      "capture": capture},
             capture="slowdown" if capture else None)
 
-    def _onset(self) -> int:
-        """The most likely first slow step among recent steps (CUSUM change point)."""
-        assert self.baseline_s is not None
-        k = (1.0 + self._threshold) / 2 * self.baseline_s
-        cap = self._cap_s
-        best, best_step, total = 0.0, self._recent[0][0], 0.0
-        for step, t in reversed(self._recent):
-            total += (t if t < cap else cap) - k
-            if total >= best:
-                best, best_step = total, step
-        return best_step
-
     def _recovered(self, step: int) -> Finding:
-        assert self.baseline_s is not None
-        ratio = self._sum / (self._window * self.baseline_s)
-        self.slow, self._run = False, 0
+        base = self.baseline_s
+        assert base is not None
+        down = self._down
+        first, steps, time_s = down.first, down.steps, down.time_s
+        observed = time_s / steps
+        self.slow = False
+        down.clear()
         return Finding(
             STEP_SPEED_RECOVERED, step=step, rank=self.rank, severity="info",
-            message=(f"step time is back to {ratio:.2f}x the baseline of "
-                     f"{self.baseline_s * 1e3:.1f} ms (slow since step {self._alert_step})"),
-            details={"baseline_step_time_s": self.baseline_s, "window_ratio": round(ratio, 4),
-                     "slow_since_step": self._alert_step, "slow_steps": self._slow_steps})
+            message=(f"step time is back to {observed / base:.2f}x the typical {_ms(base)} "
+                     f"since step {first} ({steps} steps, {time_s:.1f} s); slow "
+                     f"since step {self._alert_step}"),
+            details={"baseline_step_time_s": base, "ratio": round(observed / base, 4),
+                     "recovered_since_step": first, "slow_since_step": self._alert_step,
+                     "slow_steps": self._since_alert_steps,
+                     "slow_duration_s": round(self._since_alert_s, 3)})
 
     def _rebaseline(self, step: int) -> Finding:
         old = self.baseline_s
         assert old is not None
-        new = median([t for _, t in list(self._recent)[-len(self._ring):]])
-        self.slow, self._run, self._last_block_median = False, 0, None
-        self._block = []
+        blocks = list(self._episode_blocks) or [median(self._recent)]
+        new = median(blocks)
+        self.slow = False
+        self._down.clear()
+        self._accepted.clear()
+        self._accepted.extend(blocks)
         self._set_baseline(new)
         return Finding(
             STEP_BASELINE_RESET, step=step, rank=self.rank, severity="info",
-            message=(f"steps have been slow since step {self._alert_step}; {new * 1e3:.1f} ms is "
-                     f"the new baseline (was {old * 1e3:.1f} ms), only further slowdowns alert"),
+            message=(f"steps have been slow since step {self._alert_step} "
+                     f"({self._since_alert_steps} steps, {self._since_alert_s:.1f} s); "
+                     f"{_ms(new)} is the new typical step time (was {_ms(old)}), only further "
+                     "slowdowns alert"),
             details={"old_baseline_step_time_s": old, "baseline_step_time_s": new,
                      "slow_since_step": self._alert_step})
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"

@@ -178,7 +178,7 @@ class StallDetector:
         advice = stall_advice(self.loader, bursty=bursty)
         wait_ms = 1e3 * episode.wait_s / episode.steps
         step_ms = 1e3 * episode.time_s / episode.steps
-        message = (f"dataloader stall: {share:.0%} of step time waiting for data ({wait_ms:.1f} ms "
+        message = (f"{share:.0%} of step time waiting for data ({wait_ms:.1f} ms "
                    f"of {step_ms:.1f} ms per step) over steps {episode.first_step}-"
                    f"{episode.last_step}; a loader that keeps up would make steps up to "
                    f"{1 / max(1 - share, 1e-3):.2f}x faster. Try: {'; '.join(advice)}.")
@@ -191,8 +191,8 @@ class StallDetector:
 
     def _cleared_finding(self, episode: _Block, share: float) -> Finding:
         mean = episode.wait_s / episode.time_s if episode.time_s else 0.0
-        message = (f"dataloader stall cleared: data wait is {share:.0%} of step time again; the "
-                   f"stall covered steps {episode.first_step}-{episode.last_step} "
+        message = (f"data wait is down to {share:.0%} of step time; the stall covered steps "
+                   f"{episode.first_step}-{episode.last_step} "
                    f"({mean:.0%} of their time waiting for data).")
         return Finding(DATALOADER_STALL_CLEARED, episode.last_step, self.rank, "info", message, {
             "share": round(share, 4), "episode_share": round(mean, 4),

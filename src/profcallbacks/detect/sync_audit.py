@@ -1,58 +1,115 @@
-"""Host-device sync points in the user's code, found by a short audit of one or two steps."""
+"""Host-device sync points in the user's code, found by short audits of a few steps."""
 
 from __future__ import annotations
 
 import fnmatch
+import linecache
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from profcallbacks.core.checks import check_int, check_number, fail
+from profcallbacks.core.checks import MAX_INT, check_int, check_number, fail
 from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_POINT, Finding
 
+if TYPE_CHECKING:
+    from torch.utils.weak import WeakIdKeyDictionary
+
 log = logging.getLogger(__name__)
+
+
+# Known library sites: (path fragment, words within 3 lines of the site, what it is and the fix)
+KNOWN_FIXES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("transformers/trainer.py", ("isnan", "isinf", "logging_nan_inf_filter"),
+     "the Trainer's NaN/Inf check of each loss: TrainingArguments(logging_nan_inf_filter=False) "
+     "removes it"),
+    ("transformers/masking_utils.py", (".all()",),
+     "transformers checks whether the attention mask has padding: batches without padding "
+     "could pass attention_mask=None"),
+    ("lightning/fabric/utilities/apply_func.py", ("item",),
+     "Lightning turns logged tensors into numbers for the progress bar and loggers: "
+     "self.log(..., prog_bar=False), on_step=False, or a larger Trainer(log_every_n_steps=...)"),
+    ("lightning/pytorch/callbacks/progress", ("item",),
+     "the progress bar reads self.log(..., prog_bar=True) values every step: log them with "
+     "prog_bar=False"),
+    ("torch/nn/utils/clip_grad.py", ("error_if_nonfinite", "isnan", "isinf"),
+     "clip_grad_norm_(..., error_if_nonfinite=True) checks the norm on the host: keep it False"),
+)
+
+
+def known_fix(location: str) -> str | None:
+    """What a library sync site is and how to avoid it, for the sites in ``KNOWN_FIXES``."""
+    path, _, line = location.rpartition(":")
+    norm = path.replace(os.sep, "/")
+    for fragment, words, fix in KNOWN_FIXES:
+        if fragment in norm and line.isdigit():
+            n = int(line)  # a multi-line statement reports its first line: look around it
+            text = "".join(linecache.getline(path, i) for i in range(max(1, n - 3), n + 4))
+            if any(w in text for w in words):
+                return fix
+    return None
 
 
 @dataclass(frozen=True)
 class SyncAuditConfig:
     """Which steps the sync audit watches and what it reports.
 
-    The audit runs a dispatch-mode spy (about 1.7x slower on a tiny step) for ``steps`` steps from
-    step ``at_step`` on, postponed past any capture window; nothing of it is installed otherwise.
+    The audit runs a dispatch-mode spy (about 1.7x slower on a tiny step, 2x with the CPU-run
+    tracking) for rounds of ``steps`` steps: from ``at_step`` on, then from each step in
+    ``repeat_at``. Nothing of it is installed otherwise. The defaults audit steps 19-20 and
+    99-100: work done every 10, 50 or 100 steps, counted from 0 (``step % 10 == 0``) or from 1
+    (``(step + 1) % 10 == 0``, as the HF Trainer and Lightning log), is seen by the end of step
+    100, for 4 audited steps in all. A round that a capture window is in the way of moves to the
+    next steps with the same alignment (19-20 to 29-30, 99-100 to 199-200); a round not aligned
+    on 10 runs right after the window.
 
     Args:
-        at_step: First audited step (0-based). The default lands right after the default
-            schedule's capture window (steps 10-13), once warm-up effects are gone.
-        steps: Audited steps; calls per step are averaged over them.
+        at_step: First audited step (0-based).
+        steps: Audited steps per round.
+        repeat_at: First steps of the later rounds.
         allow: Call sites never reported: ``"train.py:42"``, ``"train.py"`` (a whole file) or
             glob patterns such as ``"*/metrics/*.py:*"``.
         libraries: Packages whose frames are library code: their syncs are reported at the
-            nearest user frame, marked as library sites.
+            nearest user frame, marked as library sites with the library's own lines.
         warn_blocking_ms: On an accelerator, a user site blocking at least this long per step
             (milliseconds) is a warning; shorter ones and every CPU-only site are info.
 
     Example:
-        >>> SyncAuditConfig(at_step=100, allow=("train.py:42",)).steps
-        2
+        >>> SyncAuditConfig(at_step=9, repeat_at=(49,), allow=("train.py:42",)).audited_steps
+        (9, 10, 49, 50)
     """
 
-    at_step: int = 10
+    at_step: int = 19
     steps: int = 2
+    repeat_at: tuple[int, ...] = (99,)
     allow: tuple[str, ...] = ()
     libraries: tuple[str, ...] = LIBRARIES
     warn_blocking_ms: float = 0.05
 
     def __post_init__(self) -> None:
         owner = "SyncAuditConfig"
-        check_int(owner, "at_step", self.at_step, minimum=0, example=10)
+        check_int(owner, "at_step", self.at_step, minimum=0, example=19)
         check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=2)
         for name, example in (("allow", ("train.py:42",)), ("libraries", ("torch",))):
             value = getattr(self, name)
             if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
                 raise fail(owner, name, value, "a tuple of strings", example)
             object.__setattr__(self, name, tuple(value))
+        value = self.repeat_at
+        if not isinstance(value, (tuple, list)) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in value):
+            raise fail(owner, "repeat_at", value, "a tuple of step numbers",
+                       fix="Use e.g. repeat_at=(99,), or () for one round.")
+        object.__setattr__(self, "repeat_at", tuple(value))
         check_number(owner, "warn_blocking_ms", self.warn_blocking_ms, minimum=0.0, example=0.05)
+
+    @property
+    def audited_steps(self) -> tuple[int, ...]:
+        """The steps audited when no capture window is in the way (the audit budget)."""
+        return tuple(sorted({s + i for s in (self.at_step, *self.repeat_at)
+                             for i in range(self.steps)}))
 
     def allows(self, location: str) -> bool:
         """Whether ``location`` (``"path/file.py:LINE"``) matches an ``allow`` entry."""
@@ -73,11 +130,12 @@ def resolve_sync_audit(value: bool | SyncAuditConfig | None) -> SyncAuditConfig 
 
 
 class SyncAuditor:
-    """Runs a :class:`SyncSpy` over a few whole steps and turns what it saw into findings.
+    """Runs a :class:`SyncSpy` over a few rounds of whole steps and turns what it saw into findings.
 
     The session calls ``begin_step(step)`` at the start of a step once ``step >= next_step`` (and
     no capture window is open) and ``end_step(step)`` at its end; ``cancel()`` drops a step cut
-    short by a pause. After the last audited step ``next_step`` is ``None`` and nothing runs again.
+    short by a pause. Each round's new call sites are findings at its last step. After the last
+    round ``next_step`` is ``None`` and nothing runs again.
 
     Example:
         >>> auditor = SyncAuditor(SyncAuditConfig(at_step=0, steps=1))
@@ -89,15 +147,30 @@ class SyncAuditor:
     def __init__(self, config: SyncAuditConfig, rank: int = 0, accelerator: bool | None = None) -> None:
         self.config = config
         self.rank = rank
-        self.next_step: int | None = config.at_step
+        self._rounds = sorted({config.at_step, *config.repeat_at})
+        self.next_step: int | None = self._rounds.pop(0)
         self._accelerator = accelerator
         self._spy: SyncSpy | None = None
+        self._in_round = 0                       # steps of the current round audited so far
         self._sites: dict[tuple[str, str, str | None], SyncSite] = {}
+        self._seen_at: dict[tuple[str, str, str | None], list[int]] = {}
+        self._reported: set[tuple[str, str, str | None]] = set()
         self._audited: list[int] = []
+        self._skipped = 0
+        self._derived: WeakIdKeyDictionary | None = None
 
     def begin_step(self, step: int) -> None:
-        self._spy = SyncSpy(self.config.libraries, accelerator=self._accelerator)
+        planned = self.next_step
+        if self._in_round == 0 and planned is not None and step > planned:
+            aligned = _realigned(planned, self.config.steps, step)
+            if aligned != step:  # a capture window was in the way: keep the round's alignment
+                self.next_step = aligned
+                return
+        self._spy = SyncSpy(self.config.libraries, accelerator=self._accelerator,
+                            derived=self._derived)
         self._spy.__enter__()
+        self._derived = self._spy.derived_tensors  # values made in one audited step and read
+        # in the next (Lightning converts a step's logged values after it) stay known
 
     def cancel(self) -> None:
         """Stop the spy and forget the current step (it will be audited again later)."""
@@ -110,53 +183,91 @@ class SyncAuditor:
         if spy is None:
             return []
         spy.__exit__(None, None, None)
+        self._skipped += spy.skipped
         for key, site in spy.sites.items():
             mine = self._sites.setdefault(key, SyncSite(site.location, site.op, site.library))
             mine.calls += site.calls
             mine.blocking_s += site.blocking_s
             mine.on_device = mine.on_device or site.on_device
-            for ops in site.op.split(", "):
-                if ops not in mine.op.split(", "):
-                    mine.op = f"{mine.op}, {ops}"
+            for op in site.op.split(", "):
+                if op not in mine.op.split(", "):
+                    mine.op = f"{mine.op}, {op}" if mine.op else op
             for where, n in site.library_sites.items():
                 mine.library_sites[where] = mine.library_sites.get(where, 0) + n
+            mine.library_ops.update(site.library_ops)
+            self._seen_at.setdefault(key, []).append(step)
         self._audited.append(step)
-        if len(self._audited) < self.config.steps:
+        self._in_round += 1
+        if self._in_round < self.config.steps:
             self.next_step = step + 1
             return []
-        self.next_step = None
+        self._in_round = 0
+        later = [s for s in self._rounds if s > step]
+        self._rounds = later[1:]
+        self.next_step = later[0] if later else None
         return self._findings(step, spy.accelerator)
 
     def _findings(self, step: int, accelerator: bool) -> list[Finding]:
-        steps = len(self._audited)
+        audited = len(self._audited)
         found: list[Finding] = []
-        sites = sorted(self._sites.values(), key=lambda s: (s.library is not None, -s.calls))
-        for site in sites:
+        new = [k for k in self._sites if k not in self._reported]
+        self._reported.update(new)
+        for key in sorted(new, key=lambda k: (k[2] is not None, -self._sites[k].calls)):
+            site = self._sites[key]
             if self.config.allows(site.location):
                 continue
-            per_step = site.calls / steps
-            blocking_ms = 1e3 * site.blocking_s / steps
+            seen_at = self._seen_at[key]
+            per_step = site.calls / len(seen_at)
+            blocking_ms = 1e3 * site.blocking_s / len(seen_at)
             warn = accelerator and site.on_device and blocking_ms >= self.config.warn_blocking_ms
-            where = f"{site.location}" + (f" (inside {site.library})" if site.library else "")
-            if accelerator:
-                cost = f"blocks the host {blocking_ms:.3f} ms per step"
+            cost = (f"blocks the host {blocking_ms:.3f} ms per step" if accelerator
+                    else "would sync on an accelerator")
+            when = (f"{per_step:g}x per step" if len(seen_at) == audited else
+                    f"{per_step:g}x at step {', '.join(map(str, seen_at))} of audited steps "
+                    f"{_ranges(self._audited)} (periodic work, e.g. logging every N steps)")
+            details: dict[str, Any] = {
+                "location": site.location, "op": site.op, "calls_per_step": per_step,
+                "library": site.library, "audited_steps": list(self._audited),
+                "seen_at_steps": list(seen_at),
+                "blocking_ms_per_step": round(blocking_ms, 4) if accelerator else None,
+                "on_device": site.on_device,
+                "decided_by": ("the op read an accelerator tensor" if accelerator else
+                               "CPU run: the tensor derives from trainable parameters, so it would "
+                               "be on the accelerator (host-only tensors such as optimizer step "
+                               "counters and index tensors are left out)")}
+            if site.library:
+                libs = [{"location": where, "op": site.library_ops.get(where, site.op),
+                         "calls_per_step": n / len(seen_at), "fix": known_fix(where)}
+                        for where, n in sorted(site.library_sites.items(), key=lambda x: -x[1])]
+                details["library_sites"] = libs
+                inside = "; ".join(f"{lib['op']} {lib['calls_per_step']:g}x at {lib['location']}"
+                                   + (f" ({lib['fix']})" if lib["fix"] else "") for lib in libs[:3])
+                message = (f"host-device sync point inside {site.library}, reached from "
+                           f"{site.location}: {when} {cost}: {inside}.")
             else:
-                cost = "would sync on an accelerator"
-            advice = ("library code: call it less often if you can (e.g. log every N steps)"
-                      if site.library else "keep the value on the device, or read it every N steps")
-            message = (f"host-device sync point at {where}: {site.op} {per_step:g}x per step "
-                       f"{cost}; {advice}.")
-            details = {"location": site.location, "op": site.op, "calls_per_step": per_step,
-                       "library": site.library, "audited_steps": list(self._audited),
-                       "blocking_ms_per_step": round(blocking_ms, 4) if accelerator else None,
-                       "on_device": site.on_device}
-            if site.library_sites:
-                details["library_sites"] = dict(site.library_sites)
+                message = (f"host-device sync point at {site.location}: {site.op} {when} {cost}; "
+                           "keep the value on the device, or read it every N steps.")
             found.append(Finding(SYNC_POINT, step, self.rank, "warning" if warn else "info",
                                  message, details))
-        log.info("profcallbacks: sync audit of steps %s found %d call sites.", self._audited,
-                 len(found))
+        log.info("profcallbacks: sync audit of steps %s found %d new call sites (%d calls on "
+                 "host-only tensors left out).", _ranges(self._audited), len(found), self._skipped)
         return found
+
+
+def _realigned(planned: int, steps: int, offered: int) -> int:
+    """The first step of a round planned at ``planned`` moved past ``offered``, keeping its
+    alignment on 100 or 10 (by its last step); unaligned rounds run at ``offered``."""
+    last = planned + steps - 1
+    period = 100 if last % 100 == 0 else 10 if last % 10 == 0 else 0
+    if not period:
+        return offered
+    while planned < offered:
+        planned += period
+    return planned
+
+
+def _ranges(steps: list[int]) -> str:
+    return ", ".join(map(str, steps))
 
 
 def audit_findings_of(findings: Iterable[Finding]) -> list[Finding]:

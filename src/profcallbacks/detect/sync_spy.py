@@ -2,7 +2,14 @@
 
 A ``TorchDispatchMode`` sees every aten op with the Python stack of its caller, so the user's
 calling line (not the def line a profiler trace gives) is known. It costs about 1.7x on a tiny step:
-use it for one or two audit steps, never for a whole run or inside a traced step.
+use it for a few audit steps, never for a whole run or inside a traced step.
+
+What counts. On an accelerator, a candidate op counts when it reads an accelerator tensor. On a
+CPU-only run nothing syncs, so the spy reports what *would* sync once the model is on a device:
+calls on tensors derived from trainable parameters (``requires_grad`` leaves), followed op by op
+inside the dispatch mode (the loss, outputs, metrics computed from outputs, gradients, optimizer
+state). Host-side values never are: torch.optim's ``step`` counters (Adam, AdamW, ... unless
+``capturable``/``fused``), index tensors built for data loading, the DataLoader's seed.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities",
              "transformers", "accelerate", "torchmetrics", "profcallbacks")
@@ -54,6 +62,7 @@ class SyncSite:
         blocking_s: Seconds the host spent inside these calls (meaningful on an accelerator).
         on_device: Some call touched an accelerator tensor (a real host-device sync).
         library_sites: ``{library location: calls}`` for library sites.
+        library_ops: ``{library location: op}``: what synchronises at each library site.
     """
 
     location: str
@@ -63,6 +72,7 @@ class SyncSite:
     blocking_s: float = 0.0
     on_device: bool = False
     library_sites: dict[str, int] = field(default_factory=dict)
+    library_ops: dict[str, str] = field(default_factory=dict)
 
 
 class _Frames:
@@ -116,19 +126,28 @@ class SyncSpy(TorchDispatchMode):
         libraries: Packages whose frames are library code (their syncs go to the nearest user
             frame, marked with the library's name).
         accelerator: Count only ops on accelerator tensors (default: ``torch.cuda.is_available()``);
-            without one every candidate op counts, as it would sync on an accelerator.
+            without one, count ops on tensors derived from trainable parameters (they would be
+            on the accelerator); ``skipped`` counts the calls on host-only tensors left out.
+        derived: Tensors an earlier spy found derived from trainable parameters (CPU run).
 
     Example:
-        >>> with SyncSpy() as spy:
-        ...     n = torch.ones(3).sum().item()
-        >>> [s.op for s in spy.sites.values()]
-        ['item']
+        >>> weight = torch.nn.Parameter(torch.ones(3))
+        >>> with SyncSpy(accelerator=False) as spy:
+        ...     loss = (weight * 2).sum().item()          # derived from a parameter: counted
+        ...     host = torch.ones(3).sum().item()         # a host-only tensor: skipped
+        >>> [s.op for s in spy.sites.values()], spy.skipped
+        (['item'], 1)
     """
 
-    def __init__(self, libraries: tuple[str, ...] = LIBRARIES, accelerator: bool | None = None) -> None:
+    def __init__(self, libraries: tuple[str, ...] = LIBRARIES, accelerator: bool | None = None,
+                 derived: WeakIdKeyDictionary | None = None) -> None:
         super().__init__()
         self.accelerator = torch.cuda.is_available() if accelerator is None else accelerator
         self.sites: dict[tuple[str, str, str | None], SyncSite] = {}
+        self.skipped = 0
+        # CPU run: tensors derived from trainable parameters (weak keys: nothing is kept alive)
+        self._derived: WeakIdKeyDictionary | None = None if self.accelerator else (
+            derived if derived is not None else WeakIdKeyDictionary())
         self._frames = _Frames(libraries)
         self._tid = threading.get_ident()
         self._saved: dict[str, Any] = {}
@@ -154,13 +173,36 @@ class SyncSpy(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        derived = self._derived
+        traced = derived is None or _derives(args, derived) or (
+            bool(kwargs) and _derives(tuple(kwargs.values()), derived))
         op = self._sync_op(func, args, kwargs) if self._depth == 0 else None
+        if op is not None and not traced:
+            self.skipped += 1  # a host-only tensor: it would not sync on an accelerator either
+            op = None
         if op is None:
-            return func(*args, **kwargs)
-        start = time.perf_counter()
-        out = func(*args, **kwargs)
-        self._record(op, time.perf_counter() - start, sys._getframe(1))
+            out = func(*args, **kwargs)
+        else:
+            start = time.perf_counter()
+            out = func(*args, **kwargs)
+            self._record(op, time.perf_counter() - start, sys._getframe(1))
+        if derived is not None and traced:
+            for item in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(item, torch.Tensor):
+                    derived[item] = True
         return out
+
+    @property
+    def derived_tensors(self) -> WeakIdKeyDictionary | None:
+        """The tensors known to derive from trainable parameters (CPU run), to hand to the next
+        spy; ``None`` on an accelerator."""
+        return self._derived
+
+    def derived(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` counts: on a device, or (CPU run) derived from trainable parameters."""
+        if self._derived is None:
+            return tensor.device.type != "cpu"
+        return tensor.requires_grad or tensor in self._derived
 
     def _sync_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         op = _SCALAR.get(func) or _DATA_DEPENDENT.get(func)
@@ -194,18 +236,20 @@ class SyncSpy(TorchDispatchMode):
             frame = frame.f_back
         if user_at is not None and library is None and op == "item":
             op = _scalar_op(user_at)
+        library_op = _scalar_op(library_at) if library_at is not None and op == "item" else op
         location = (f"{display_path(user_at.f_code.co_filename)}:{user_at.f_lineno}"
                     if user_at is not None else "<library>")
         site = self.sites.setdefault((location, op if library is None else "", library),
-                                     SyncSite(location, op, library))
+                                     SyncSite(location, op if library is None else "", library))
         site.calls += 1
         site.blocking_s += seconds
         site.on_device = site.on_device or self.accelerator
         if library_at is not None:
             where = f"{display_path(library_at.f_code.co_filename)}:{library_at.f_lineno}"
             site.library_sites[where] = site.library_sites.get(where, 0) + 1
-            if op not in site.op.split(", "):
-                site.op = f"{site.op}, {op}"
+            site.library_ops[where] = library_op
+            if library_op not in site.op.split(", "):
+                site.op = f"{site.op}, {library_op}" if site.op else library_op
 
     def _patch(self) -> None:
         """Wrap methods that read tensor data without dispatching an op (on a CPU tensor)."""
@@ -231,8 +275,10 @@ class SyncSpy(TorchDispatchMode):
         def spied(*args: Any, **kwargs: Any) -> Any:
             tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
             counts = threading.get_ident() == spy._tid and spy._depth == 0 and (
-                tensor is None or not spy.accelerator or tensor.device.type != "cpu")
+                tensor is None or spy.derived(tensor))
             if not counts:
+                if tensor is not None and spy._depth == 0 and threading.get_ident() == spy._tid:
+                    spy.skipped += 1
                 return method(*args, **kwargs)
             spy._depth += 1
             start = time.perf_counter()
@@ -243,6 +289,19 @@ class SyncSpy(TorchDispatchMode):
                 spy._record(op, time.perf_counter() - start, sys._getframe(1))
 
         return spied
+
+
+def _derives(args: tuple[Any, ...], derived: WeakIdKeyDictionary) -> bool:
+    """Some tensor in ``args`` is a trainable parameter or derived from one."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            if arg.requires_grad or arg in derived:
+                return True
+        elif isinstance(arg, (list, tuple)):
+            for a in arg:
+                if isinstance(a, torch.Tensor) and (a.requires_grad or a in derived):
+                    return True
+    return False
 
 
 def _on_device(args: tuple[Any, ...]) -> bool:
@@ -259,5 +318,5 @@ def _scalar_op(frame: FrameType) -> str:
     for needle, name in ((".item(", "item"), ("float(", "float(tensor)"), ("int(", "int(tensor)")):
         if needle in line:
             return name
-    return "bool(tensor)" if line.lstrip().startswith(("if ", "while ", "elif ", "assert ")) \
-        else "item"
+    return "bool(tensor)" if line.lstrip().startswith(
+        ("if ", "while ", "elif ", "assert ", "and ", "or ", "not ")) else "item"

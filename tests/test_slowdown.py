@@ -346,7 +346,7 @@ def test_same_slowdown_alert_and_capture_through_every_front_end(tmp_path, front
     options = dict(schedule=Schedule(skip_first=1000), tensorboard_scalars=False, stall=None,
                    watch_capture_file=False, sync_audit=False, capture_steps=2,
                    slowdown=SlowdownConfig(warmup_steps=5, baseline_steps=30, baseline_block_s=0,
-                                           min_duration_s=0.2))
+                                           min_steps=10, min_duration_s=0.2))
     findings = FRONT_ENDS[front_end](tmp_path, SlowingDataset(slow_after=100), 85, options)
     (alert,) = of(findings, "step_slowdown")
     # the HF Trainer fetches one batch ahead, so its first slow step may come one step early

@@ -44,6 +44,10 @@ class ProfilerConfig:
         capture_validation: Capture each validation/evaluation run between training steps in a
             window of its own (``stepNNNNNN-validation``; counts towards ``max_captures``).
         memory: Memory numbers at each step summary and ``memory_creep`` alerts (``None``: off).
+        baseline_capture: With slowdown captures on, take one capture of ``capture_steps``
+            healthy steps (``stepNNNNNN-baseline``) right after the slowdown detector's warm-up
+            when no capture was taken yet, so a later slowdown capture gets a
+            ``slowdown_diagnosis`` against it. Counts towards ``max_captures``.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -65,6 +69,7 @@ class ProfilerConfig:
     sync_audit: bool | SyncAuditConfig = True
     capture_validation: bool = False
     memory: MemoryConfig | None = field(default_factory=MemoryConfig)
+    baseline_capture: bool = True
 
     def __post_init__(self) -> None:
         owner = "ProfilerConfig"
@@ -89,7 +94,7 @@ class ProfilerConfig:
         check_number(owner, "capture_file_poll_s", self.capture_file_poll_s, above=0.0,
                      maximum=3600.0, example=1.0)
         for name in ("watch_capture_file", "tensorboard_scalars", "capture_on_slowdown",
-                     "capture_validation"):
+                     "capture_validation", "baseline_capture"):
             check_bool(owner, name, getattr(self, name))
         if self.ranks is not None:
             ranks = self.ranks

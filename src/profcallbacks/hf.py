@@ -66,7 +66,7 @@ class ProfilerCallback(TrainerCallback):
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(),
+                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)

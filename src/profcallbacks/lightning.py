@@ -69,7 +69,7 @@ class ProfilerCallback(Callback):
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(),
+                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
@@ -131,7 +131,8 @@ class ProfilerCallback(Callback):
             config = dataclasses.replace(config, tensorboard_scalars=False)  # no double scalars
         if self._other_kineto:
             config = dataclasses.replace(config, schedule=None, watch_capture_file=False,
-                                         capture_on_slowdown=False, capture_validation=False)
+                                         capture_on_slowdown=False, capture_validation=False,
+                                         baseline_capture=False)
             self._pending_captures.clear()
         rank = RankInfo.detect()  # the process group exists by now
         self.session = ProfilingSession(

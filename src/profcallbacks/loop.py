@@ -9,6 +9,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from torch.profiler import record_function
+from torch.utils.data import DataLoader
+
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
@@ -46,6 +49,8 @@ class StepProfiler:
             window of its own (``stepNNNNNN-validation``).
         memory: Memory numbers with each step summary and ``memory_creep`` alerts, with a
             short capture of the lines that keep the memory (``None``: off).
+        baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
+            when no capture was taken yet, so a later slowdown capture can be explained.
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -65,7 +70,7 @@ class StepProfiler:
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(),
+                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
@@ -83,14 +88,26 @@ class StepProfiler:
         self.session.close(failed=exc_type is not None)
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
-        """Yields from ``iterable``, timing how long each item took to arrive."""
+        """Yields from ``iterable``, timing how long each item took to arrive.
+
+        Inside a recording capture window each fetch is also marked in the trace as
+        ``enumerate(DataLoader)#<type>.__next__``, so the traced breakdown and the step timing
+        agree on data wait for any iterable (e.g. ``iter(get_batch, None)``), not only DataLoaders.
+        """
         self.session.set_loader(iterable)
         clock, session = time.perf_counter, self.session
+        # marked like DataLoader's own fetches, so traces count them as data wait too
+        mark = f"enumerate(DataLoader)#{type(iterable).__name__}.__next__"
+        marks = not isinstance(iterable, DataLoader)  # a DataLoader marks its own
         start = clock()
         iterator = iter(iterable)
         while True:
             try:
-                item = next(iterator)
+                if marks and session.tracing:  # only inside a recording window: free outside it
+                    with record_function(mark):
+                        item = next(iterator)
+                else:
+                    item = next(iterator)
             except StopIteration:
                 return
             session.data_wait(clock() - start)

@@ -7,6 +7,7 @@ import os
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
 from profcallbacks.capture.export import TraceExporter
@@ -73,6 +74,14 @@ class CaptureController:
     def affects_steps(self) -> bool:
         """A window is open or its export still runs: step times are not the job's own."""
         return self._capture is not None or (self._exporter is not None and self._exporter.busy)
+
+    def drain_findings(self) -> list[Any]:
+        """Findings of the live capture analysis that arrived since the last call."""
+        out: list[Any] = []
+        exporter = self._exporter
+        while exporter is not None and not exporter.findings.empty():
+            out.append(exporter.findings.get_nowait())
+        return out
 
     def open(self) -> None:
         config, rank = self._config, self._rank

@@ -53,6 +53,10 @@ class TraceExporter:
         self._waiting: set[str] = set()
         self._thread: threading.Thread | None = None
         self.exported: list[Path] = []
+        self.analyse = True
+        """Analyse each exported capture (report/live.py); its findings go to ``findings``."""
+        self.findings: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._history: list[dict[str, Any]] = []
 
     def submit(self, profiler: Any, info: CaptureInfo) -> None:
         """Queue a stopped profiler for export; returns at once."""
@@ -118,6 +122,20 @@ class TraceExporter:
         os.replace(writing, stage / (trace_file_name(info.rank.worker, info.first_step) + _READY))
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
+        if self.analyse:
+            self._analyse(trace, info)
+
+    def _analyse(self, trace: dict[str, Any], info: CaptureInfo) -> None:
+        """Live verdict of the capture; a failure only warns and turns the analysis off."""
+        try:
+            from profcallbacks.report.live import capture_findings
+
+            for finding in capture_findings(trace, info, self._history):
+                self.findings.put(finding)
+        except Exception as exc:
+            self.analyse = False
+            log.warning("profcallbacks: live analysis of capture %s failed (%s: %s); it is off "
+                        "for the rest of the run.", info.name, type(exc).__name__, exc)
 
     def _publish(self, name: str, *, force: bool) -> None:
         """Publish ``name`` if it is complete (or ``force``); a file-system error only warns."""

@@ -99,6 +99,12 @@ class ProfilingSession:
         """Capture windows opened so far (they count towards ``max_captures``)."""
         return self._captures.captures_started
 
+    @property
+    def tracing(self) -> bool:
+        """A capture window is recording this step (front ends mark their fetches in it)."""
+        capture = self._captures.active
+        return capture is not None and capture.recording
+
     def restore(self, *, captures_started: int) -> None:
         """Continue a resumed run: windows opened before the restart count towards ``max_captures``."""
         self._captures.captures_started = captures_started
@@ -241,6 +247,7 @@ class ProfilingSession:
                 self._on_detector_finding(finding)
         for finding in audited or ():
             self.emit(finding)
+        self._live_findings()
         self.step += 1
         self._begin_step(now)
 
@@ -262,6 +269,7 @@ class ProfilingSession:
             self._captures.close(failed=failed)
             if self._memory is not None:
                 self._memory.close()
+            self._live_findings()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:
                 self._publish(summary, self._clock())
@@ -365,6 +373,17 @@ class ProfilingSession:
         self._publisher.publish(summary, self._extra_scalars(), memory)
         for finding in findings:
             self._on_detector_finding(finding)
+
+    def _live_findings(self) -> None:
+        """Emit, on this (the training) thread, what the live capture analysis found; ask for a
+        baseline capture after the slowdown detector's warm-up when no capture exists yet."""
+        for finding in self._captures.drain_findings():
+            self.emit(finding)
+        config = self.config
+        if (config.baseline_capture and config.capture_on_slowdown and config.slowdown is not None
+                and self.step == config.slowdown.warmup_steps
+                and self._captures.captures_started == 0 and self._captures.active is None):
+            self.request_capture(trigger="baseline")
 
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""

@@ -15,14 +15,20 @@ from profcallbacks.findings import (
     STRAGGLER,
     SYNC_POINT,
 )
-from profcallbacks.report.logdir import RunFiles, find_runs
+from profcallbacks.report.analysis import (
+    UNHEALTHY_TRIGGERS,
+    capture_analysis,
+    public_metrics,
+    run_verdict,
+)
+from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
 from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
 
@@ -50,23 +56,31 @@ class NoRunError(Exception):
 
 
 def locate_run(path: Path) -> RunFiles:
-    """The one run at or below ``path``.
+    """The one run at or below ``path``: a profcallbacks log directory, or foreign traces.
+
+    Foreign traces: a directory holding Chrome-format torch.profiler traces (one capture per
+    directory that holds them) or a single trace file.
 
     Raises:
         NoRunError: ``path`` does not exist, holds no run, or holds several.
     """
     if not path.exists():
         raise NoRunError(f"{path}: no such file or directory")
-    if not path.is_dir():
-        raise NoRunError(f"{path}: not a directory (give the log directory, e.g. runs/exp1)")
     try:
-        runs = find_runs(path)
+        runs = find_runs(path) if path.is_dir() else []
     except OSError as exc:
         raise NoRunError(f"{path}: cannot read it ({exc.strerror or exc}); run the report as a user "
                          "who may read the log directory") from None
     if not runs:
-        raise NoRunError(f"{path}: no profcallbacks run here (no capture directories such as "
-                         "step000120-schedule/ and no profcallbacks/rank*.jsonl files)")
+        foreign = foreign_run(path)
+        if foreign is not None:
+            return foreign
+        if not path.is_dir():
+            raise NoRunError(f"{path}: not a Chrome trace (a .json or .json.gz file with "
+                             "traceEvents) and not a directory")
+        raise NoRunError(f"{path}: no profcallbacks run here and no torch.profiler traces (no "
+                         "capture directories such as step000120-schedule/, no "
+                         "profcallbacks/rank*.jsonl files, no *.json(.gz) traces)")
     if len(runs) > 1:
         names = ", ".join(str(r.root) for r in runs[:6]) + (" ..." if len(runs) > 6 else "")
         raise NoRunError(f"{path}: holds {len(runs)} runs ({names}); report one of them, or "
@@ -80,30 +94,49 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     findings = _read_findings(run, problems)
     traces: list[TraceSummary] = []
+    healthy: list[TraceSummary] = []
     captures = []
+    sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
+                                    if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
         files = []
+        analyses: list[dict[str, Any]] = []
         for path in capture.files:
             entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
             try:
                 summary = summarise_file(path)
             except ReadError as exc:
                 problems.append({"file": str(path), "error": exc.reason})
-                entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False)
+                entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False,
+                             gpu_breakdown=None)
             else:
                 traces.append(summary)
                 if summary.bad_events:
                     problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
                                      f"malformed event(s), e.g. {summary.bad_example}"})
+                if capture.trigger not in UNHEALTHY_TRIGGERS:
+                    healthy.append(summary)
+                analysis = summary.analysis or {}
+                problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])]
+                if analysis:
+                    analyses.append(analysis)
                 entry.update(rank=summary.rank, worker=summary.worker,
-                             steps=[s["step"] for s in summary.steps], readable=True)
+                             steps=[s["step"] for s in summary.steps], readable=True,
+                             gpu_breakdown=analysis.get("gpu_breakdown"),
+                             host_steps=analysis.get("host", {}).get("per_step", []))
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
+        pooled = capture_analysis(analyses, sync_sites)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "first_step": capture.first_step, "steps": steps,
-                         "partial": capture.partial, "files": files})
+                         "partial": capture.partial, "files": files,
+                         "verdict": pooled["verdict"], "metrics": pooled["metrics"],
+                         "breakdown": breakdown([t for t in traces if t.path in capture.files])})
+    verdict = run_verdict(captures, sync_sites)
+    for c in captures:
+        c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
@@ -115,7 +148,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "world_size": world_size,
         "ranks": ranks,
         "steps": step_stats(intervals),
-        "breakdown": breakdown(traces),
+        "verdict": verdict,
+        "breakdown": breakdown(healthy or traces),
         "captures": captures,
         "top_operators": top_operators(traces, top),
         "findings": findings,

@@ -28,6 +28,8 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}code{font-size:13px}
 margin-right:4px;vertical-align:middle}
 .bar{display:flex;height:26px;width:100%;max-width:900px;border:1px solid #ccc}.bar div{height:100%}
 .sev-error{color:#b71c1c;font-weight:600}.sev-warning{color:#e65100;font-weight:600}.sev-info{color:#1565c0}
+.verdict{border:2px solid #1565c0;border-radius:6px;padding:8px 16px;margin:12px 0;background:#f5f9ff}
+.verdict h2{border:0;margin:4px 0}.verdict ul{margin:4px 0}
 .finding{border-left:4px solid #ccc;padding:4px 12px;margin:10px 0}.advice{color:#2e7d32}
 details pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}.problems li{color:#b71c1c}
 """
@@ -52,6 +54,7 @@ def render_html(report: dict[str, Any]) -> str:
     parts = [f"<h1>profcallbacks report</h1><p class=meta>{_e(report['logdir'])} &middot; ranks "
              f"{_e(', '.join(map(str, report['ranks'])) or '-')} (world size {report['world_size']}) "
              f"&middot; {_e(report['generator'])}</p>"]
+    parts.append(_verdict_panel(report))
     parts.append("<h2>Step time over the run</h2>" + step_time_svg(report))
     if steps:
         parts.append(f"<p id=step-stats>Steps {steps['first_step']}-{steps['last_step']} "
@@ -74,6 +77,29 @@ def render_html(report: dict[str, Any]) -> str:
             "style-src 'unsafe-inline'; img-src data:\">"
             f"<title>profcallbacks report: {_e(report['logdir'])}</title><style>{_CSS}</style></head>"
             "<body>\n" + "\n".join(parts) + "\n</body></html>\n")  # bidi overrides shown, not obeyed
+
+
+def _verdict_panel(report: dict[str, Any]) -> str:
+    """What bounds the run, with evidence and advice, then each capture's verdict and GPU shares."""
+    verdict = report.get("verdict")
+    if not verdict:
+        return "<div class=verdict id=verdict><h2>Verdict</h2><p>None: no traced steps.</p></div>"
+    evidence = "".join(f"<li>{_e(line)}</li>" for line in verdict["evidence"])
+    advice = "".join(f"<li class=advice>{_e(line)}</li>" for line in verdict["advice"])
+    rows = []
+    for c in report["captures"]:
+        v = c.get("verdict") or {}
+        shares = [f["gpu_breakdown"] for f in c["files"] if f.get("gpu_breakdown")]
+        gpu = "; ".join(f"idle {_pct(g['idle_share'])}, compute {_pct(g['compute_share'])}, "
+                        f"non-compute {_pct(g['non_compute_share'])}, comm overlap "
+                        f"{_pct(g['comm_overlap_share'])}" for g in shares) or "-"
+        rows.append([f"<code>{_e(c['directory'])}</code>", _e(c["trigger"] or "-"),
+                     _e(v.get("kind", "-")), _pct(v.get("share")), _e(gpu)])
+    table = _table(["capture", "trigger", "verdict", "share", "GPU breakdown"], rows, {3}) \
+        if len(rows) > 1 or any(r[4] != "-" for r in rows) else ""
+    return (f"<div class=verdict id=verdict data-kind=\"{_e(verdict['kind'])}\"><h2>Verdict: "
+            f"{_e(verdict['kind'].replace('_', ' '))} ({_pct(verdict['share'])})</h2>"
+            f"<ul>{evidence}</ul><p>Try:</p><ul>{advice}</ul>{table}</div>")
 
 
 def _ranks(steps: dict[str, Any]) -> str:
@@ -134,7 +160,8 @@ def _details(details: dict[str, Any]) -> str:
 def _captures(captures: list[dict[str, Any]]) -> str:
     if not captures:
         return "<h2>Captures</h2><p>No captures.</p>"
-    rows = [[f"<code>{_e(c['directory'])}</code>", _e(c["trigger"]) + (" (partial)" if c["partial"] else ""),
+    rows = [[f"<code>{_e(c['directory'])}</code>",
+             _e(c["trigger"] or "-") + (" (partial)" if c["partial"] else ""),
              _e(f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"),
              "<br>".join(f"<code>{_e(f['path'])}</code> ({f['bytes'] / 1024:.0f} KiB)" for f in c["files"])]
             for c in captures]

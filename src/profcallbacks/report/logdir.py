@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,11 +15,15 @@ _MAX_DEPTH = 4
 
 @dataclass
 class Capture:
-    """One capture directory: ``step000120-schedule/`` with one trace file per rank."""
+    """One capture directory: ``step000120-schedule/`` with one trace file per rank.
+
+    Foreign traces (not written by profcallbacks) form one capture per directory that holds them,
+    with ``first_step`` and ``trigger`` ``None``.
+    """
 
     directory: Path
-    first_step: int
-    trigger: str
+    first_step: int | None
+    trigger: str | None
     partial: bool
     files: list[Path] = field(default_factory=list)
 
@@ -96,3 +102,46 @@ def find_runs(path: Path) -> list[RunFiles]:
     if not runs and errors:
         raise errors[0]
     return runs
+
+
+_FOREIGN_NAME = (".json", ".json.gz")
+_PEEK_BYTES = 1 << 16
+
+
+def is_chrome_trace(path: Path) -> bool:
+    """Whether ``path`` looks like a Chrome trace: a (gzipped) JSON file that has ``traceEvents``.
+
+    Only its first 64 KiB are read; the full parse happens (with named errors) in the report.
+    """
+    if not path.name.endswith(_FOREIGN_NAME) or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as raw:
+            head = gzip.GzipFile(fileobj=raw).read(_PEEK_BYTES) if path.suffix == ".gz" \
+                else raw.read(_PEEK_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return path.suffix == ".gz" and TRACE_FILE.match(path.name) is not None
+    return b'"traceEvents"' in head
+
+
+def foreign_run(path: Path) -> RunFiles | None:
+    """A run of foreign torch.profiler traces at ``path`` (a trace file or a directory).
+
+    Each directory (up to four levels down) holding trace files is one capture; ``None`` when
+    there are none.
+    """
+    if path.is_file():
+        if not is_chrome_trace(path):
+            return None
+        return RunFiles(root=path.parent, captures=[Capture(path.parent, None, None, False, [path])])
+    run = RunFiles(root=path)
+    base_depth = len(path.parts)
+    for dirpath, dirnames, filenames in os.walk(path):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if len(here.parts) - base_depth >= _MAX_DEPTH:
+            dirnames[:] = []
+        files = sorted(here / f for f in filenames if is_chrome_trace(here / f))
+        if files:
+            run.captures.append(Capture(here, None, None, False, files))
+    return run if run.captures else None

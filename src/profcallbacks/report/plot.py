@@ -5,7 +5,13 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, STRAGGLER
+from profcallbacks.findings import (
+    DATALOADER_STALL,
+    DATALOADER_STALL_CLEARED,
+    STEP_SLOWDOWN,
+    STEP_SPEED_RECOVERED,
+    STRAGGLER,
+)
 
 WIDTH, HEIGHT = 900, 300
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 40
@@ -20,6 +26,22 @@ def _nice_max(value: float) -> float:
         if value <= step:
             return float(step)
     return value
+
+
+_CLEARED_BY = {DATALOADER_STALL: DATALOADER_STALL_CLEARED, STEP_SLOWDOWN: STEP_SPEED_RECOVERED}
+
+
+def _open_episodes(findings: list[dict[str, Any]]) -> set[int]:
+    """``id()`` of each rank's last stall/slowdown finding that no later finding cleared."""
+    last: dict[tuple[str, Any], dict[str, Any]] = {}
+    for f in sorted(findings, key=lambda f: f["step"] if isinstance(f["step"], int) else -1):
+        kind = str(f["kind"])
+        if kind in _CLEARED_BY:
+            last[(kind, f["rank"])] = f
+        for opened, cleared in _CLEARED_BY.items():
+            if kind == cleared:
+                last.pop((opened, f["rank"]), None)
+    return {id(f) for f in last.values()}
 
 
 def step_time_svg(report: dict[str, Any]) -> str:
@@ -63,6 +85,8 @@ def step_time_svg(report: dict[str, Any]) -> str:
     parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle" class="axis">step</text>')
     parts.append(f'<text x="14" y="{TOP + ph / 2}" text-anchor="middle" class="axis" '
                  f'transform="rotate(-90 14 {TOP + ph / 2})">step time (ms)</text>')
+    run_last = int(x1) - 1
+    still_open = _open_episodes(findings)
     for f in findings:  # stalls, slowdowns and other findings as vertical markers
         if not isinstance(f["step"], int):
             continue
@@ -70,6 +94,8 @@ def step_time_svg(report: dict[str, Any]) -> str:
         x = sx(f["step"])
         tip = escape(f"{f['kind']} at step {f['step']} (rank {f['rank']}): {f['message']}")
         first, last = f["details"].get("first_step"), f["details"].get("last_step")
+        if id(f) in still_open and isinstance(last, int):  # never cleared: to the run's last step
+            last = max(last, run_last)
         if isinstance(first, int) and isinstance(last, int) and last >= first:  # the episode
             a, b = sx(first), sx(last + 1)
             parts.append(f'<rect class="finding-span" data-kind="{escape(str(f["kind"]))}" '

@@ -9,6 +9,7 @@ from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
 from profcallbacks.report.safe import visible
+from profcallbacks.report.verdict import SHARE_OF
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -28,6 +29,7 @@ def render_text(report: dict[str, Any]) -> str:
     out = [f"profcallbacks report: {report['logdir']}",
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
+    out = _verdict_lines(report.get("verdict"), "Verdict") + out
     out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"])
     out += _captures_section(report["captures"])
@@ -67,7 +69,8 @@ def _steps_section(steps: dict[str, Any] | None) -> list[str]:
 
 
 def _breakdown_section(bd: dict[str, Any] | None) -> list[str]:
-    out = ["Breakdown of the traced steps (mean per ProfilerStep range)"]
+    out = ["Breakdown of the traced steps (mean per ProfilerStep range, healthy captures: not "
+           "slowdown ones)"]
     if bd is None:
         return out + ["  no traced steps", ""]
     out.append(f"  {bd['steps']} traced steps (all ranks), step {_ms(bd['step_ms'])}")
@@ -87,8 +90,42 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
     for c in captures:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
-        rows.append([c["directory"], c["trigger"] + (" (partial)" if c["partial"] else ""), steps, files])
-    return out + _table(["directory", "trigger", "steps", "files"], rows) + [""]
+        kind = (c.get("verdict") or {}).get("kind", "-")
+        rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else ""),
+                     steps, kind, files])
+    out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
+    for c in captures:
+        for f in c["files"]:
+            gb = f.get("gpu_breakdown")
+            if gb:
+                overlap = gb["comm_overlap_share"]
+                out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
+                           f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
+                           f", comm overlap {_pct(overlap)}")
+        bd = c.get("breakdown")
+        if len(captures) > 1 and bd:
+            out.append(f"  {c['directory']}: step {_ms(bd['step_ms'])}, data wait "
+                       f"{_pct(bd['data_wait_share'])}, compute {_pct(bd['compute_share'])}, other "
+                       f"{_pct(bd['other_share'])}")
+        if len(captures) > 1 and c.get("verdict"):
+            out += _verdict_lines(c["verdict"], f"  {c['directory']}")
+    return out + ([""] if out[-1] else [])
+
+
+def _verdict_lines(verdict: dict[str, Any] | None, title: str) -> list[str]:
+    """The verdict in one line, then its evidence and advice."""
+    if not verdict:
+        return [f"{title}: none (no traced steps)", ""]
+    indent = " " * (len(title) - len(title.lstrip()) + 2)
+    basis = SHARE_OF.get(verdict["kind"], "step")
+    out = [f"{title}: {verdict['kind'].upper()} ({verdict['share']:.0%} of the {basis})"]
+    for line in verdict["evidence"]:
+        out += textwrap.wrap(line, 100, initial_indent=indent + "- ",
+                             subsequent_indent=indent + "  ")
+    for line in verdict["advice"]:
+        out += textwrap.wrap(line, 100, initial_indent=indent + "try: ",
+                             subsequent_indent=indent + "     ")
+    return out + [""]
 
 
 def _operators_section(ops: dict[str, list[dict[str, Any]]]) -> list[str]:

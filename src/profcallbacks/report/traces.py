@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.report.analysis import analyse_events
 from profcallbacks.report.reading import ReadError, gc_paused, read_json
 from profcallbacks.report.reading import as_int as _int
 
@@ -48,6 +49,7 @@ class TraceSummary:
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
     bad_events: int = 0  # events skipped as malformed (not an object, ts/dur not numbers, ...)
     bad_example: str = ""  # why the first of them was skipped
+    analysis: dict[str, Any] | None = None  # report/analysis.py: GPU breakdown, host side, metrics
 
 
 def summarise_file(path: Path) -> TraceSummary:
@@ -61,11 +63,17 @@ def summarise_file(path: Path) -> TraceSummary:
         if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
             raise ReadError(path, "not a Chrome trace (no traceEvents list)")
         try:
-            return summarise(trace, path)
+            summary = summarise(trace, path)
         except (ReadError, MemoryError):
             raise
         except Exception as exc:  # a malformed trace is a named problem, never a crash
             raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
+        try:
+            summary.analysis = analyse_events(trace["traceEvents"], summary.cpu_ops, summary.steps)
+        except Exception as exc:  # the verdict is lost, the rest of the file is still reported
+            summary.analysis = {"problems": [f"no GPU breakdown or verdict ({type(exc).__name__}: "
+                                             f"{exc})"]}
+        return summary
 
 
 def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:

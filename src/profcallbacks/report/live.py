@@ -1,0 +1,96 @@
+"""Live analysis of a capture just exported: ``capture_verdict`` and ``slowdown_diagnosis``.
+
+Runs in the export worker, off the training thread; the findings it returns travel back to the
+training thread, where the session emits them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
+from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
+from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
+from profcallbacks.report.reading import gc_paused, read_json
+from profcallbacks.report.traces import summarise
+from profcallbacks.report.verdict import decide
+
+TOP_CHANGES = 8
+MIN_DELTA_MS = 0.01
+"""Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
+
+
+def capture_profile(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
+    """What later captures compare against: per-step metrics, verdict and operator times."""
+    summary = summarise(trace, Path(info.name))
+    analysis = analyse_events(trace["traceEvents"], summary.cpu_ops, summary.steps)
+    metrics = pool([analysis["metrics"]])
+    steps = max(len(summary.steps), 1)
+    return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
+            "verdict": decide(metrics) if metrics else None,
+            "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
+                        if not n.startswith(DATALOADER_PREFIXES)},  # that is "data wait"
+            "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
+
+
+def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
+                     history: list[dict[str, Any]]) -> list[Finding]:
+    """Findings about one exported capture; appends its profile to ``history``.
+
+    Args:
+        trace_file: The capture's trace (a path, or the trace already parsed).
+        info: The capture window (name, trigger, steps, rank).
+        history: Profiles of this run's earlier captures (``capture_profile``), oldest first.
+
+    Returns:
+        ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
+        ``slowdown_diagnosis`` (warning): what grew per step, largest first.
+    """
+    if isinstance(trace_file, dict):
+        trace = trace_file
+    else:
+        with gc_paused():
+            trace = read_json(trace_file)
+    profile = capture_profile(trace, info)
+    step = info.steps[-1].step if info.steps else info.first_step
+    findings = []
+    verdict = profile["verdict"]
+    if verdict is not None:
+        findings.append(Finding(
+            CAPTURE_VERDICT, step, info.rank.rank, "info",
+            f"capture {info.name}: {verdict['kind']} ({verdict['share']:.0%}); "
+            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
+            {"capture": info.name, **verdict}))
+    healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
+    if info.trigger in UNHEALTHY_TRIGGERS and healthy and profile["metrics"]:
+        before = healthy[-1]
+        changes = diagnose(before, profile)
+        if changes:
+            top = changes[0]
+            findings.append(Finding(
+                SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
+                f"step {before['metrics']['step_ms']:.2f} -> {profile['metrics']['step_ms']:.2f} ms "
+                f"since capture {before['name']}; grew most: {top['what']} "
+                f"{top['before_ms']:.2f} -> {top['after_ms']:.2f} ms per step",
+                {"changes": changes, "before": before["name"], "after": info.name,
+                 "before_verdict": before["verdict"], "after_verdict": verdict}))
+    history.append(profile)
+    return findings
+
+
+def diagnose(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """What grew per step from ``before`` to ``after`` (profiles), largest first."""
+    mb, ma = before["metrics"], after["metrics"]
+    rows = [("data wait", mb["data_wait_ms"], ma["data_wait_ms"]),
+            ("host sync time", mb["sync_ms"], ma["sync_ms"])]
+    gb, ga = mb.get("gpu"), ma.get("gpu")
+    if gb and ga:
+        rows.append(("GPU idle", gb["idle_share"] * mb["step_ms"], ga["idle_share"] * ma["step_ms"]))
+    for kind in ("cpu_ops", "gpu_ops"):
+        for name in set(before[kind]) | set(after[kind]):
+            rows.append((name, before[kind].get(name, 0.0), after[kind].get(name, 0.0)))
+    changes = [{"what": what, "before_ms": b, "after_ms": a, "delta_ms": a - b}
+               for what, b, a in rows if a - b >= MIN_DELTA_MS]
+    changes.sort(key=lambda c: -c["delta_ms"])
+    return changes[:TOP_CHANGES]

@@ -1,0 +1,151 @@
+"""Live verdicts on real CPU runs: capture_verdict per exported capture, slowdown_diagnosis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from profcallbacks import Schedule, SlowdownConfig, StepProfiler
+from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS
+from profcallbacks.report import build_report, locate_run
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Six engineers share two cores here: one intra-op thread keeps step times steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def batches(steps: int, delay_s: float, slower_from: int | None = None,
+            slower_delay_s: float = 0.0, width: int = 256) -> Iterator[torch.Tensor]:
+    """``steps`` batches, each ``delay_s`` late (``slower_delay_s`` from step ``slower_from``):
+    a plain generator, not a DataLoader, as in nanoGPT's ``iter(get_batch, None)``."""
+    x = torch.randn(64, width)
+    for i in range(steps):
+        slow = slower_from is not None and i >= slower_from
+        delay = slower_delay_s if slow else delay_s
+        if delay:  # sleep(0) still yields the CPU, for milliseconds on a loaded machine
+            time.sleep(delay)
+        yield x
+
+
+def run(logdir: Path, loader: Iterator[torch.Tensor], *, extra_mm_from: int | None = None,
+        width: int = 256, **options) -> StepProfiler:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(width, width)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    w = torch.randn(width, width)
+    options.setdefault("stall", None)
+    prof = StepProfiler(logdir, tensorboard_scalars=False, watch_capture_file=False,
+                        sync_audit=False, **options)
+    with prof:
+        for step, x in enumerate(prof.wrap(loader)):
+            for _ in range(3):
+                loss = model(x).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if extra_mm_from is not None and step >= extra_mm_from:
+                for _ in range(48):  # the step gets slower by extra matrix multiplications
+                    x = torch.mm(x, w) / 16.0
+            prof.step()
+    return prof
+
+
+def verdicts(prof: StepProfiler) -> list[dict]:
+    return [f.details for f in prof.findings if f.kind == CAPTURE_VERDICT]
+
+
+SCHEDULED = {"schedule": Schedule(skip_first=4, warmup=1, active=3), "slowdown": None}
+
+
+def test_slow_loader_is_input_bound_live_and_in_the_report(tmp_path):
+    fetched: list[int] = []
+    received: list[tuple[str, int]] = []
+    loader = (fetched.append(1) or x for x in batches(24, 0.1))
+    prof = run(tmp_path, loader, **SCHEDULED,
+               on_finding=lambda f: received.append((f.kind, len(fetched))))
+    [live] = verdicts(prof)
+    # emitted while training goes on (batches still to come), not only at close
+    assert [n for kind, n in received if kind == CAPTURE_VERDICT][0] < 24
+    assert live["kind"] == "input_bound" and live["capture"] == "step000005-schedule"
+    assert live["share"] > 0.4 and live["evidence"] and live["advice"]
+    report = build_report(locate_run(tmp_path))
+    assert report["verdict"]["kind"] == "input_bound"
+    # the wrap marked its fetches in the trace: traced breakdown and step timing agree
+    assert report["breakdown"]["data_wait_share"] > 0.4
+    finding = next(f for f in report["findings"] if f["kind"] == CAPTURE_VERDICT)
+    assert finding["details"]["kind"] == "input_bound"  # reached findings.jsonl
+
+
+def test_fast_loader_is_cpu_compute_bound(tmp_path):
+    prof = run(tmp_path, batches(12, 0.0, width=1024), width=1024, **SCHEDULED)
+    [live] = verdicts(prof)
+    assert live["kind"] == "cpu_compute_bound", live
+    assert build_report(locate_run(tmp_path))["verdict"]["kind"] == "cpu_compute_bound"
+
+
+def test_wrap_marks_fetches_only_inside_windows(tmp_path):
+    prof = run(tmp_path, batches(12, 0.001), **SCHEDULED)
+    report = build_report(locate_run(tmp_path))
+    [capture] = report["captures"]
+    assert capture["steps"] == [5, 6, 7]
+    host_steps = capture["files"][0]["host_steps"]
+    assert all(s["data_wait_ms"] >= 0.9 for s in host_steps)  # one marked 1 ms fetch per step
+    assert prof.session.tracing is False
+
+
+DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_steps=5, window=3,
+                        patience=2)
+
+
+def slowdown_run(tmp_path: Path, **slower) -> tuple[StepProfiler, dict]:
+    prof = run(tmp_path, batches(70, 0.002, **{k: v for k, v in slower.items() if k != "extra_mm_from"}),
+               extra_mm_from=slower.get("extra_mm_from"), schedule=None, slowdown=DETECT,
+               capture_steps=3)
+    captures = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step"))
+    assert captures[0].endswith("-baseline"), captures  # taken automatically after warm-up
+    assert any(c.endswith("-slowdown") for c in captures), (captures, prof.findings)
+    [diagnosis] = [f for f in prof.findings if f.kind == SLOWDOWN_DIAGNOSIS]
+    assert diagnosis.severity == "warning"
+    assert diagnosis.details["before"] == captures[0]
+    assert diagnosis.details["before_verdict"]["kind"] and diagnosis.details["after_verdict"]["kind"]
+    return prof, diagnosis.details
+
+
+def test_extra_matmuls_diagnosed_as_matmul_growth(tmp_path):
+    _, details = slowdown_run(tmp_path, extra_mm_from=40)
+    first = details["changes"][0]
+    assert first["what"] == "aten::mm", details["changes"][:3]
+    assert first["after_ms"] > first["before_ms"] and first["delta_ms"] > 0
+
+
+def test_slower_loader_diagnosed_as_data_wait_growth(tmp_path):
+    _, details = slowdown_run(tmp_path, slower_from=40, slower_delay_s=0.03)
+    first = details["changes"][0]
+    assert first["what"] == "data wait", details["changes"][:3]
+    assert first["delta_ms"] > 20
+
+
+def test_baseline_capture_counts_towards_max_captures(tmp_path):
+    run(tmp_path, batches(30, 0.0), schedule=None, slowdown=DETECT, max_captures=1)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step")) \
+        == ["step000005-baseline"]
+
+
+def test_baseline_capture_can_be_turned_off(tmp_path):
+    run(tmp_path, batches(10, 0.0), schedule=None, slowdown=DETECT, baseline_capture=False)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("step")]
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_baseline_capture_validated(tmp_path, value):
+    with pytest.raises(ValueError, match="baseline_capture"):
+        StepProfiler(tmp_path, baseline_capture=value)

@@ -53,7 +53,7 @@ def run(logdir: Path, loader: Iterator[torch.Tensor], *, extra_mm_from: int | No
                 loss.backward()
                 optimizer.step()
             if extra_mm_from is not None and step >= extra_mm_from:
-                for _ in range(48):  # the step gets slower by extra matrix multiplications
+                for _ in range(96):  # the step gets slower by extra matrix multiplications
                     x = torch.mm(x, w) / 16.0
             prof.step()
     return prof

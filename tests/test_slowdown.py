@@ -305,7 +305,8 @@ def test_real_sleep_loop_captures_the_slow_steps_as_stepN_slowdown(tmp_path):
     assert onset - 15 <= alert.details["first_slow_step"] <= onset + 5  # a loaded CI box is noisy
     assert alert.step < onset + 70 and alert.details["ratio"] > 2.0
     assert alert.details["slow_duration_s"] >= 0.3
-    (capture,) = capture_dirs(tmp_path)
+    baseline, capture = capture_dirs(tmp_path)  # the automatic baseline, then the slow steps
+    assert baseline.name.endswith("-baseline"), baseline
     first_active = alert.step + 2  # requested during step alert+1; one warm-up step
     assert capture.name == f"step{first_active:06d}-slowdown"
     trace = load_trace(trace_files(capture)[0])
@@ -352,7 +353,8 @@ def test_same_slowdown_alert_and_capture_through_every_front_end(tmp_path, front
     # the HF Trainer fetches one batch ahead, so its first slow step may come one step early
     assert 46 <= alert.details["first_slow_step"] <= 52 and alert.step < 75, alert
     assert alert.details["ratio"] > 1.8
-    (capture,) = capture_dirs(tmp_path)
+    baseline, capture = capture_dirs(tmp_path)  # the automatic baseline, then the slow steps
+    assert baseline.name.endswith("-baseline"), baseline
     assert capture.name.endswith("-slowdown") and trace_files(capture)
 
 

@@ -160,7 +160,7 @@ def test_bad_traces_named_and_the_rest_reported(tmp_path, capsys):
     report = json.loads(captured.out)
     errors = {Path(p["file"]).name: p["error"] for p in report["problems"]}
     assert "no kernel" in errors["no_kernels.json.gz"]
-    assert "negative duration" in errors["negative.json.gz"]
+    assert "negative duration" in errors["negative.json.gz"]  # dur -4, no dur
     assert "invalid JSON" in errors["cut.pt.trace.json"]
     files = {f["path"]: f for f in report["captures"][0]["files"]}
     assert files["good.pt.trace.json.gz"]["gpu_breakdown"]["idle_share"] > 0.99

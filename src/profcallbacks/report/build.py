@@ -117,7 +117,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                 if capture.trigger not in UNHEALTHY_TRIGGERS:
                     healthy.append(summary)
                 analysis = summary.analysis or {}
-                problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])]
+                problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
+                             if not (summary.bad_events and p.startswith("skipped"))]  # said above
                 if analysis:
                     analyses.append(analysis)
                 entry.update(rank=summary.rank, worker=summary.worker,

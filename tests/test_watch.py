@@ -54,7 +54,8 @@ def stalled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_once_prints_one_frame_of_a_real_run(stalled_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _once(capsys, stalled_run)
     assert code == 0
-    assert "ranks 1  step 59  captures 1" in out  # header: steps read from the steps file
+    # header: steps read from the steps file; the scheduled capture and the automatic baseline
+    assert "ranks 1  step 59  captures 2" in out
     assert "step000041-schedule" in out
     assert "dataloader_stall" in out and "warning" in out
     assert "\x1b[" not in out  # not a terminal: plain text, no escape codes

@@ -251,3 +251,15 @@ def test_verdict_thresholds(gpu, kind):
     verdict = decide(metrics)
     assert verdict["kind"] == kind, verdict
     assert verdict["evidence"] and verdict["advice"]
+
+
+def test_sync_bound_evidence_names_the_users_lines():
+    from profcallbacks.report.verdict import decide
+
+    metrics = {"step_ms": 100.0, "data_wait_ms": 0.0, "cpu_ops_ms": 20.0, "sync_ms": 40.0,
+               "gpu": _gpu(idle_share=0.45), "top_cpu_ops": [],
+               "top_syncs": [{"name": "cudaStreamSynchronize", "calls": 3, "ms": 40.0}]}
+    verdict = decide(metrics, ["train.py:57", "train.py:60"])
+    assert verdict["kind"] == "sync_bound" and verdict["share"] == 0.4
+    assert "in your code: train.py:57, train.py:60" in verdict["evidence"]
+    assert any("cudaStreamSynchronize 40.00 ms" in line for line in verdict["evidence"])

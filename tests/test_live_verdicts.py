@@ -102,8 +102,8 @@ def test_wrap_marks_fetches_only_inside_windows(tmp_path):
     assert prof.session.tracing is False
 
 
-DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_steps=5, window=3,
-                        patience=2)
+DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_steps=5,
+                        baseline_block_s=0.01, baseline_blocks=1, min_steps=2, min_duration_s=0.01)
 
 
 def slowdown_run(tmp_path: Path, **slower) -> tuple[StepProfiler, dict]:

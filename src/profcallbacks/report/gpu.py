@@ -44,7 +44,12 @@ SHORT_KERNEL_US = 10.0
 
 
 def kernel_type(name: str) -> str:
-    """``communication``, ``memory``, ``compute`` or ``other``, as HTA classifies kernel names."""
+    """``communication``, ``memory``, ``compute`` or ``other``, as HTA classifies kernel names.
+
+    Example:
+        >>> [kernel_type(n) for n in ("ncclKernel_AllReduce", "Memcpy HtoD", "volta_sgemm", "Sync")]
+        ['communication', 'memory', 'compute', 'other']
+    """
     if _COMM.match(name):
         return "communication"
     if _MEMORY.match(name):
@@ -55,7 +60,12 @@ def kernel_type(name: str) -> str:
 
 
 def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted, disjoint union of ``(start, end)`` intervals (empty ones dropped)."""
+    """Sorted, disjoint union of ``(start, end)`` intervals (empty ones dropped).
+
+    Example:
+        >>> merge([(5, 7), (0, 2), (1, 3)])
+        [(0, 3), (5, 7)]
+    """
     out: list[tuple[float, float]] = []
     for start, end in sorted(intervals):
         if end < start:

@@ -78,6 +78,11 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None) -> dict[str, 
 
     Returns:
         ``{"kind", "share", "evidence", "advice"}``, or ``None`` without a measurable step.
+
+    Example:
+        >>> v = decide({"step_ms": 10.0, "data_wait_ms": 6.0, "cpu_ops_ms": 3.0, "gpu": None})
+        >>> v["kind"], v["share"], v["evidence"][0]
+        ('input_bound', 0.6, 'data wait 6.00 ms of a step 10.00 ms (60%)')
     """
     step = m.get("step_ms") or 0.0
     if step <= 0:

@@ -96,14 +96,16 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                     problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
                                      f"malformed event(s), e.g. {summary.bad_example}"})
                 entry.update(rank=summary.rank, worker=summary.worker,
-                             steps=[s["step"] for s in summary.steps], readable=True)
+                             steps=[s["step"] for s in summary.steps], readable=True,
+                             export_overlap=summary.export_overlap)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "first_step": capture.first_step, "steps": steps,
-                         "partial": capture.partial, "files": files})
+                         "partial": capture.partial, "files": files,
+                         "export_overlap": any(f.get("export_overlap") for f in files)})
     intervals = clean_intervals(interval_rows)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))

@@ -1,35 +1,56 @@
-"""Per-step cost of profcallbacks outside capture windows, and the pause when a window ends.
+"""In-situ cost of profcallbacks outside capture windows: plain loop, Lightning and HF Trainer.
 
-Run: python benchmarks/overhead.py [--blocks 30 --steps 200]
+Run: python benchmarks/overhead.py [--front-end all|plain|lightning|hf] [--rounds 40 --steps 100]
 
-Part 1 interleaves blocks of the same tiny training step (~0.5 ms on CPU) in one process:
-  bare loop | StepProfiler outside windows (default options, and timing only: no detectors)
-  | torch.profiler alive in its wait phase
-and prints each variant's median throughput relative to the bare loop (goal: StepProfiler >= 0.99).
-Part 2 times the training-thread pause at the end of a 5-step window: StepProfiler (stop, then
-export on a background thread) against torch's own on_trace_ready export of the same window.
+Python per-step costs measured in a tight loop read 5-10x lower than between real training work
+(the code and its data fall out of the CPU caches), so everything here is measured in situ:
+blocks of ``--steps`` real training steps (~0.25 ms each on one CPU thread), the variants of one
+round in shuffled order, each paired with a bare block of the same round. A second bare block per
+round is the control: bare/bare must read 1.00 +- 0.02, or the machine was too noisy and the run
+does not count (it says so). Printed per variant: the median over rounds of rate/bare-rate, and
+the cost per step it implies.
+
+plain:     bare loop | StepProfiler (defaults but capture_on_slowdown=False: windows are not
+           what this measures) | timing only | empty function call (control)
+           | torch.profiler alive in its wait phase
+lightning: one Trainer.fit; a switch callback (present in every block) puts ProfilerCallback
+           (default options, no scheduled window), or an empty Callback (what any callback costs
+           in Lightning's hook machinery), in or out of trainer.callbacks between blocks
+hf:        one Trainer.train; the same with the HF ProfilerCallback and an empty TrainerCallback
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import random
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
+from typing import Any
 
-import torch
-from torch import nn
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from profcallbacks import Schedule, StepProfiler
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from profcallbacks import StepProfiler  # noqa: E402
+
+CONTROL_TOLERANCE = 0.02
 
 
-def make_step() -> Callable[[], None]:
+def make_model() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(32, 64)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3), torch.randn(32, 64)
+
+
+def make_step() -> Callable[[], None]:
+    model, opt, x = make_model()
 
     def step() -> None:
         loss = model(x).pow(2).mean()
@@ -40,104 +61,249 @@ def make_step() -> Callable[[], None]:
     return step
 
 
-def timed_block(step: Callable[[], None], after: Callable[[], None] | None, n: int) -> float:
-    start = time.perf_counter()
-    if after is None:
-        for _ in range(n):
-            step()
-    else:
-        for _ in range(n):
-            step()
-            after()
-    return n / (time.perf_counter() - start)
+class Rounds:
+    """Collects block rates per round and turns them into paired ratios."""
+
+    def __init__(self, variants: list[str], rounds: int, seed: int = 0) -> None:
+        rng = random.Random(seed)
+        self.order: list[str] = []
+        for _ in range(rounds):
+            names = ["bare", "bare (control)", *variants]
+            rng.shuffle(names)
+            self.order += names
+        self.rates: list[dict[str, float]] = [{} for _ in range(rounds)]
+        self.size = len(variants) + 2
+
+    def record(self, index: int, rate: float) -> None:
+        self.rates[index // self.size][self.order[index]] = rate
+
+    def report(self, title: str, step_ms: float) -> bool:
+        full = [r for r in self.rates if len(r) == self.size]
+        names = [n for n in full[0] if n != "bare"]
+        names.sort(key=lambda n: (n != "bare (control)", n))
+        step_ms = step_ms or 1e3 / statistics.median(r["bare"] for r in full)  # per training step
+        print(f"\n{title}: {len(full)} rounds, step {step_ms:.3f} ms")
+        ok = True
+        for name in names:
+            ratio = statistics.median(r[name] / r["bare"] for r in full)
+            cost_us = (1 / ratio - 1) * step_ms * 1e3
+            print(f"  {name:<34} {ratio:.4f}   {cost_us:+6.1f} us/step")
+            if name == "bare (control)" and abs(ratio - 1) > CONTROL_TOLERANCE:
+                ok = False
+        print("  control within 1.00 +- 0.02: the run counts" if ok else
+              "  CONTROL OUTSIDE 1.00 +- 0.02: too noisy, this run does not count")
+        return ok
 
 
-def overhead(blocks: int, steps: int) -> dict[str, float]:
-    """Median over rounds of each variant's throughput divided by the same round's bare loop."""
+def plain(rounds: int, steps: int) -> bool:
     step = make_step()
     for _ in range(300):
         step()
     with tempfile.TemporaryDirectory() as logdir:
-        profilers = {  # both open for the whole run, paused outside their own blocks
-            "StepProfiler (defaults)": StepProfiler(f"{logdir}/a", schedule=None,
-                                                    capture_on_slowdown=False),
-            "StepProfiler (timing only)": StepProfiler(
-                f"{logdir}/b", schedule=None, stall=None, slowdown=None, sync_audit=False),
-        }
+        defaults = StepProfiler(f"{logdir}/a", schedule=None, capture_on_slowdown=False)
+        timing = StepProfiler(f"{logdir}/b", schedule=None, stall=None, slowdown=None,
+                              sync_audit=False, tensorboard_scalars=False,
+                              watch_capture_file=False)
         alive = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             schedule=torch.profiler.schedule(wait=10**9, warmup=1, active=1))
-        variants: list[tuple[str, Callable[[], None] | None]] = [
-            ("bare", None), *((name, p.step) for name, p in profilers.items()),
-            ("torch.profiler (wait)", alive.step)]
-        ratios: dict[str, list[float]] = {name: [] for name, _ in variants[1:]}
-        with profilers["StepProfiler (defaults)"], profilers["StepProfiler (timing only)"], alive:
-            for prof in profilers.values():
-                prof.pause()
-            for b in range(blocks):
-                rates = {}
-                shift = b % len(variants)  # rotate the order to spread drift
-                for name, after in variants[shift:] + variants[:shift]:
-                    prof = profilers.get(name)
-                    if prof is not None:
-                        prof.resume()
-                    rates[name] = timed_block(step, after, steps)
-                    if prof is not None:
-                        prof.pause()
-                for name in ratios:
-                    ratios[name].append(rates[name] / rates["bare"])
-    return {name: statistics.median(r) for name, r in ratios.items()}
 
+        def empty() -> None:
+            pass
 
-def window_end_pause(repeats: int) -> dict[str, float]:
-    step = make_step()
-    ours, theirs = [], []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as logdir:
-            prof = StepProfiler(logdir, schedule=Schedule(skip_first=2, warmup=1, active=5),
-                                tensorboard_scalars=False)
-            with prof:
-                for i in range(10):
+        with defaults, timing, alive:  # prof.step as users get it: inside the with block
+            variants: dict[str, tuple[Callable[[], None] | None, StepProfiler | None]] = {
+                "bare": (None, None), "bare (control)": (None, None),
+                "StepProfiler (defaults)": (defaults.step, defaults),
+                "StepProfiler (timing only)": (timing.step, timing),
+                "empty function call": (empty, None),
+                "torch.profiler (wait phase)": (alive.step, None)}
+            plan = Rounds([n for n in variants if not n.startswith("bare")], rounds)
+            defaults.pause()
+            timing.pause()
+            for _ in range(300):  # past the sync audit and the detectors' warm-up
+                step()
+            for prof in (defaults, timing):
+                prof.resume()
+                for _ in range(150):
                     step()
-                    start = time.perf_counter()
                     prof.step()
-                    if i == 7:  # the step() that closes the window (steps 3-7 recorded)
-                        ours.append(time.perf_counter() - start)
-        with tempfile.TemporaryDirectory() as logdir:
-            handler = torch.profiler.tensorboard_trace_handler(logdir)
-            p = torch.profiler.profile(
-                activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                with_modules=True, on_trace_ready=handler,
-                schedule=torch.profiler.schedule(skip_first=2, wait=0, warmup=1, active=5, repeat=1))
-            with p:
-                for i in range(10):
-                    step()
-                    start = time.perf_counter()
-                    p.step()
-                    if i == 7:
-                        theirs.append(time.perf_counter() - start)
-    return {"StepProfiler": statistics.median(ours) * 1e3,
-            "torch on_trace_ready export": statistics.median(theirs) * 1e3}
+                prof.pause()
+            for index, name in enumerate(plan.order):
+                after, prof = variants[name]
+                if prof is not None:
+                    prof.resume()
+                start = time.perf_counter()
+                if after is None:
+                    for _ in range(steps):
+                        step()
+                else:
+                    for _ in range(steps):
+                        step()
+                        after()
+                plan.record(index, steps / (time.perf_counter() - start))
+                if prof is not None:
+                    prof.pause()
+    if defaults.findings or defaults.captures:
+        print("  (defaults made findings or captures during the benchmark: "
+              f"{sorted({f.kind for f in defaults.findings})}, {len(defaults.captures)} captures)")
+    start = time.perf_counter()
+    for _ in range(500):
+        step()
+    return plan.report("plain loop", (time.perf_counter() - start) / 500 * 1e3)
+
+
+class _Switch:
+    """Times blocks of steps and puts the block's callback (if any) in the callback list."""
+
+    def __init__(self, plan: Rounds, steps: int,
+                 variants: dict[str, tuple[Any, Callable[[], None], Callable[[], None]]]) -> None:
+        self.plan, self.steps, self.variants = plan, steps, variants
+        self.callbacks: list[Any] = []
+        self.count = -1
+        self.block = -1
+        self.start = 0.0
+        self.warmup = 400
+        self.current: str | None = None
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.count < self.warmup or (self.count - self.warmup) % self.steps:
+            return
+        now = time.perf_counter()
+        if self.block >= 0:
+            self.plan.record(self.block, self.steps / (now - self.start))
+        self.block += 1
+        wanted = self.plan.order[self.block] if self.block < len(self.plan.order) else None
+        wanted = wanted if wanted in self.variants else None
+        if wanted != self.current:
+            if self.current is not None:
+                callback, _, off = self.variants[self.current]
+                self.callbacks.remove(callback)
+                off()
+            if wanted is not None:
+                callback, on, _ = self.variants[wanted]
+                self.callbacks.append(callback)
+                on()
+            self.current = wanted
+        self.start = time.perf_counter()
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup + self.steps * (len(self.plan.order) + 1)
+
+
+def _nothing() -> None:
+    pass
+
+
+def lightning(rounds: int, steps: int) -> bool:
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profcallbacks.lightning import ProfilerCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_model()[0]
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    plan = Rounds(["ProfilerCallback (defaults)", "empty Callback (control)"], rounds)
+    ours = ProfilerCallback(schedule=None, capture_on_slowdown=False)
+
+    class SwitchCallback(pl.Callback):
+        def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+            switch.tick()
+
+    def on() -> None:
+        trainer.profiler = ours._fetch_timer
+        ours.session.resume()
+
+    def off() -> None:
+        ours.session.pause()
+        trainer.profiler = ours._fetch_timer.inner
+
+    with tempfile.TemporaryDirectory() as logdir:
+        trainer = pl.Trainer(default_root_dir=logdir, max_steps=1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, callbacks=[SwitchCallback(), ours])
+        switch = _Switch(plan, steps, {"ProfilerCallback (defaults)": (ours, on, off),
+                                       "empty Callback (control)": (pl.Callback(), _nothing,
+                                                                    _nothing)})
+        switch.callbacks = trainer.callbacks
+        switch.current = "ProfilerCallback (defaults)"  # in the list for on_train_start
+        trainer.fit_loop.epoch_loop.max_steps = switch.total_steps
+        data = TensorDataset(torch.randn(32 * 64, 64))
+        trainer.fit(Module(), DataLoader(data, batch_size=32, shuffle=False))
+        if ours not in trainer.callbacks:  # the last block was not ours: end the session here
+            ours._close(failed=False)
+    return plan.report("Lightning Trainer.fit (blocks inside one fit)", 0.0)
+
+
+def hf(rounds: int, steps: int) -> bool:
+    import transformers
+    from transformers import TrainerCallback
+
+    from profcallbacks.hf import ProfilerCallback
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_model()[0]
+
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"loss": self.net(x).pow(2).mean()}
+
+    plan = Rounds(["ProfilerCallback (defaults)", "empty TrainerCallback (control)"], rounds)
+    ours = ProfilerCallback(schedule=None, capture_on_slowdown=False)
+
+    class SwitchCallback(TrainerCallback):
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            switch.tick()
+
+    def on() -> None:
+        ours.session.resume()
+
+    def off() -> None:
+        ours.session.pause()
+
+    data = [{"x": torch.randn(64)} for _ in range(32 * 64)]
+    with tempfile.TemporaryDirectory() as logdir:
+        switch = _Switch(plan, steps, {"ProfilerCallback (defaults)": (ours, on, off),
+                                       "empty TrainerCallback (control)": (TrainerCallback(),
+                                                                           _nothing, _nothing)})
+        switch.current = "ProfilerCallback (defaults)"  # in the list for on_train_begin
+        args = transformers.TrainingArguments(
+            output_dir=logdir, max_steps=switch.total_steps, per_device_train_batch_size=32,
+            use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
+        trainer = transformers.Trainer(model=Model(), args=args, train_dataset=data,
+                                       callbacks=[SwitchCallback(), ours])
+        switch.callbacks = trainer.callback_handler.callbacks
+        trainer.train()
+        ours.close(failed=False)  # the last block may have been bare (no on_train_end for ours)
+    return plan.report("HF Trainer.train (blocks inside one train)", 0.0)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--blocks", type=int, default=90)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--front-end", choices=["all", "plain", "lightning", "hf"], default="all")
+    parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    step = make_step()
-    start = time.perf_counter()
-    for _ in range(200):
-        step()
-    print(f"tiny step: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms")
-    print(f"\nthroughput relative to the bare loop (median over {args.blocks} rounds of interleaved "
-          f"{args.steps}-step blocks):")
-    for name, ratio in overhead(args.blocks, args.steps).items():
-        print(f"  {name:<28} {ratio:.4f}")
-    print(f"\ntraining-thread pause at the end of a 5-step window (median of {args.repeats}):")
-    for name, ms in window_end_pause(args.repeats).items():
-        print(f"  {name:<28} {ms:8.1f} ms")
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    runs = {"plain": plain, "lightning": lightning, "hf": hf}
+    chosen = list(runs) if args.front_end == "all" else [args.front_end]
+    counted = [runs[name](args.rounds, args.steps) for name in chosen]
+    print("\nall runs count" if all(counted) else "\nsome runs do not count (noisy machine)")
 
 
 if __name__ == "__main__":

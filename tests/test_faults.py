@@ -10,6 +10,7 @@ import torch
 
 from helpers import capture_dirs, captured_steps, tiny_model, train_step
 from profcallbacks import ProfilerConfig, Schedule, StepProfiler, TraceOptions
+from profcallbacks.capture import export_helper
 
 
 def test_file_path_logdir_fails_at_enter(tmp_path):
@@ -92,6 +93,7 @@ def test_disk_full_during_export_warns_once_and_training_continues(tmp_path, mon
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(gzip, "open", full_disk_once)
+    monkeypatch.setattr(export_helper, "USE_HELPER_PROCESS", False)  # the fault in this process
     model, opt = tiny_model()
     schedule = Schedule(skip_first=1, wait=1, warmup=0, active=2, repeat=2)
     with caplog.at_level(logging.WARNING), StepProfiler(tmp_path, schedule=schedule) as prof:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +36,8 @@ def batches(steps: int, delay_s: float, slower_from: int | None = None,
         yield x
 
 
-def run(logdir: Path, loader: Iterator[torch.Tensor], *, extra_mm_from: int | None = None,
+def run(logdir: Path, loader: Iterator[torch.Tensor], *,
+        extra_mm_from: Callable[[int], bool] | None = None,
         width: int = 256, **options) -> StepProfiler:
     torch.manual_seed(0)
     model = torch.nn.Linear(width, width)
@@ -52,7 +53,7 @@ def run(logdir: Path, loader: Iterator[torch.Tensor], *, extra_mm_from: int | No
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-            if extra_mm_from is not None and step >= extra_mm_from:
+            if extra_mm_from is not None and extra_mm_from(step):
                 for _ in range(96):  # the step gets slower by extra matrix multiplications
                     x = torch.mm(x, w) / 16.0
             prof.step()
@@ -106,10 +107,32 @@ DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_s
                         baseline_block_s=0.01, baseline_blocks=1, min_steps=2, min_duration_s=0.01)
 
 
-def slowdown_run(tmp_path: Path, **slower) -> tuple[StepProfiler, dict]:
-    prof = run(tmp_path, batches(70, 0.002, **{k: v for k, v in slower.items() if k != "extra_mm_from"}),
-               extra_mm_from=slower.get("extra_mm_from"), schedule=None, slowdown=DETECT,
-               capture_steps=3)
+def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float, slower_delay_s: float = 0.0,
+                   slow_steps: int = 40) -> Iterator[torch.Tensor]:
+    """Batches ``delay_s`` late until the baseline capture is published and its export is over
+    (steps during an export are not the job's own: the detectors skip them), then ``slow_steps``
+    batches ``slower_delay_s`` late; ``switch["step"]`` is the first slow step."""
+    x = torch.randn(64, 256)
+    step, deadline = 0, time.monotonic() + 60
+    while switch.get("step") is None and time.monotonic() < deadline:
+        if any(p.name.endswith("-baseline") for p in tmp_path.iterdir()) and switch.setdefault(
+                "calm", step + 10) <= step:
+            switch["step"] = step
+        time.sleep(delay_s)
+        step += 1
+        yield x
+    for _ in range(slow_steps):
+        time.sleep(slower_delay_s or delay_s)
+        yield x
+
+
+def slowdown_run(tmp_path: Path, *, extra_mm: bool = False,
+                 slower_delay_s: float = 0.0) -> tuple[StepProfiler, dict]:
+    switch: dict = {}
+    loader = after_baseline(tmp_path, switch, delay_s=0.002, slower_delay_s=slower_delay_s)
+    prof = run(tmp_path, loader, extra_mm_from=(lambda step: switch.get("step") is not None
+                                                and step >= switch["step"]) if extra_mm else None,
+               schedule=None, slowdown=DETECT, capture_steps=3)
     captures = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step"))
     assert captures[0].endswith("-baseline"), captures  # taken automatically after warm-up
     assert any(c.endswith("-slowdown") for c in captures), (captures, prof.findings)
@@ -121,14 +144,14 @@ def slowdown_run(tmp_path: Path, **slower) -> tuple[StepProfiler, dict]:
 
 
 def test_extra_matmuls_diagnosed_as_matmul_growth(tmp_path):
-    _, details = slowdown_run(tmp_path, extra_mm_from=40)
+    _, details = slowdown_run(tmp_path, extra_mm=True)
     first = details["changes"][0]
     assert first["what"] == "aten::mm", details["changes"][:3]
     assert first["after_ms"] > first["before_ms"] and first["delta_ms"] > 0
 
 
 def test_slower_loader_diagnosed_as_data_wait_growth(tmp_path):
-    _, details = slowdown_run(tmp_path, slower_from=40, slower_delay_s=0.03)
+    _, details = slowdown_run(tmp_path, slower_delay_s=0.03)
     first = details["changes"][0]
     assert first["what"] == "data wait", details["changes"][:3]
     assert first["delta_ms"] > 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def test_text_report_of_a_real_plain_loop(run: Path, capsys: pytest.CaptureFixtu
     for section in ("Step time (whole run", "Breakdown of the traced steps", "Captures",
                     "Top CPU operators by self time", "Findings"):
         assert section in out
-    assert "step000005-schedule  schedule  5-7" in out
+    assert re.search(r"step000005-schedule +schedule +5-7", out)  # columns widen with the rows
     assert "step000018-manual" in out and "manual" in out
     assert "aten::addmm" in out and "enumerate(DataLoader)#" in out
     assert "sync_point (info): 1 finding(s)" in out and "advice:" in out

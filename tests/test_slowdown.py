@@ -10,6 +10,7 @@ import pytest
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import ProfilerConfig, ProfilingSession, SlowdownConfig, StepProfiler
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.session import BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.slowdown import SlowdownDetector
@@ -307,7 +308,10 @@ def test_real_sleep_loop_captures_the_slow_steps_as_stepN_slowdown(tmp_path):
     assert alert.details["slow_duration_s"] >= 0.3
     baseline, capture = capture_dirs(tmp_path)  # the automatic baseline, then the slow steps
     assert baseline.name.endswith("-baseline"), baseline
-    first_active = alert.step + 2  # requested during step alert+1; one warm-up step
+    # requested at the end of the block holding the alert step (at most BLOCK_STEPS later); one
+    # warm-up step
+    first_active = int(capture.name[4:10])
+    assert alert.step + 2 <= first_active <= alert.step + 1 + BLOCK_STEPS
     assert capture.name == f"step{first_active:06d}-slowdown"
     trace = load_trace(trace_files(capture)[0])
     steps = {e["name"]: e["dur"] for e in trace["traceEvents"]

@@ -18,6 +18,9 @@ class FetchTimer(Profiler):
     so this sees the real wait for data, and not the loop's own work between batches (progress
     bar, logging, other callbacks), which a gap between batch hooks would count as data wait.
     Every call is passed on to the wrapped profiler, so a ``SimpleProfiler`` keeps working.
+    ``profile()``, which Lightning calls around every hook, is the wrapped profiler's own bound
+    method: the hooks pay nothing for this wrapper (only ``start``/``stop`` of batch fetches and
+    manual optimizer steps come through it).
 
     Example:
         >>> trainer.profiler = FetchTimer(trainer.profiler, session.data_wait)  # doctest: +SKIP
@@ -29,6 +32,7 @@ class FetchTimer(Profiler):
         self._on_fetch = on_fetch
         self._clock = time.perf_counter
         self._started = 0.0
+        self.profile = inner.profile  # type: ignore[method-assign]  # no frame of ours per hook
 
     def start(self, action_name: str) -> None:
         if action_name.endswith(FETCH_ACTION):

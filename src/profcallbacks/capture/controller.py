@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
-from profcallbacks.capture.export import TraceExporter
+from profcallbacks.capture.export_helper import TraceExporter
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
 from profcallbacks.capture.postprocess import CaptureInfo
@@ -19,6 +21,7 @@ from profcallbacks.capture.triggers import CaptureFileTrigger
 from profcallbacks.capture.window import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.findings import Finding
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,7 @@ class CaptureController:
         self._between: tuple[int, int] | None = None  # step and start of a capture between steps
         self._refused: Window | None = None  # the profiler would not start for this window
         self._broken = False
+        self._agreed_step = -1
 
     @property
     def captures(self) -> list[Path]:
@@ -75,13 +79,20 @@ class CaptureController:
         """A window is open or its export still runs: step times are not the job's own."""
         return self._capture is not None or (self._exporter is not None and self._exporter.busy)
 
-    def drain_findings(self) -> list[Any]:
-        """Findings of the live capture analysis that arrived since the last call."""
-        out: list[Any] = []
-        exporter = self._exporter
-        while exporter is not None and not exporter.findings.empty():
-            out.append(exporter.findings.get_nowait())
-        return out
+    def attention_step(self, step: int) -> int:
+        """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
+        planner = self._planner
+        if self._capture is not None or planner.window is not None or planner.has_pending:
+            return step + 1
+        due = planner.next_due
+        agreement = self._agreement
+        if agreement is not None and agreement.enabled:
+            due = min(due, (step // agreement.every + 1) * agreement.every)
+        return due
+
+    def take_findings(self) -> list[Finding]:
+        """Findings the exporter made about published captures since the last call."""
+        return self._exporter.take_findings() if self._exporter is not None else []
 
     def open(self) -> None:
         config, rank = self._config, self._rank
@@ -89,6 +100,8 @@ class CaptureController:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
         self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
+        if self._traces:  # the helper starts now, not inside the run's first window
+            self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.log_every_n_steps, MIN_AGREE_EVERY))
         early = self._planner.take_pending() if self._agreement is not None else None
         if early is not None and self._agreement is not None:  # asked for before training began
@@ -122,7 +135,9 @@ class CaptureController:
             if requested is not None:
                 self.request(requested or self._config.capture_steps, "file")
         agreement = self._agreement
-        if agreement is not None and step % agreement.every == 0 and agreement.enabled:
+        if (agreement is not None and step % agreement.every == 0 and agreement.enabled
+                and step != self._agreed_step):  # once per step, also across pause/resume
+            self._agreed_step = step
             agreed = agreement.exchange()
             if agreed is not None:
                 self._planner.request(agreed.active, agreed.trigger)
@@ -139,6 +154,11 @@ class CaptureController:
         try:
             if capture is None:
                 capture = self._capture = TraceCapture(_options(self._config, window), window)
+                if self._exporter is not None and self._exporter.busy:
+                    capture.overlaps_export = True  # its trace and the report say so
+                    log.info("profcallbacks: capture %s starts while the previous capture is "
+                             "still being exported; its trace is marked (export_overlap).",
+                             window.dir_name())
             capture.warm_up() if phase is Phase.WARMUP else capture.record()
         except Exception as exc:  # kineto refused (e.g. another profiler is running)
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
@@ -181,6 +201,10 @@ class CaptureController:
         self._between = None
         if capture is None:
             return
+        with deferred_sigint():  # Ctrl-C now would leave kineto half stopped and lose the trace
+            self._stop_and_submit(capture, partial=partial)
+
+    def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
         try:
             profiler = capture.stop()
         except Exception as exc:
@@ -192,7 +216,8 @@ class CaptureController:
         info = CaptureInfo(name=window.dir_name(partial=partial),
                            trigger=window.trigger, first_step=window.first_active,
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
-                           tid=self._tid, rank=self._rank, backend=_backend())
+                           tid=self._tid, rank=self._rank, backend=_backend(),
+                           export_overlap=capture.overlaps_export)
         self._exporter.submit(profiler, info)
 
     def close(self, *, failed: bool) -> None:
@@ -201,8 +226,29 @@ class CaptureController:
             self.finish(partial=True)
         except Exception as exc:  # e.g. the export thread cannot start: the run still ends
             log.warning("profcallbacks: the last capture could not be exported (%s).", exc)
-        if self._exporter is not None:
-            self._exporter.close(timeout_s=10.0 if failed else 120.0)
+        finally:  # also after a Ctrl-C held during the stop: what was recorded is published
+            if self._exporter is not None:
+                self._exporter.close(timeout_s=10.0 if failed else 120.0)
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[None]:
+    """Hold SIGINT until the block is done, then raise ``KeyboardInterrupt`` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:

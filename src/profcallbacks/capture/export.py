@@ -1,4 +1,9 @@
-"""Writes capture windows to disk off the training thread, each capture directory appearing whole."""
+"""Writes capture windows to disk, each capture directory appearing whole.
+
+The training process keeps only what must happen there: kineto's raw save of a stopped profiler
+(:class:`TraceExporter`, in ``export_helper``). Parsing, post-processing, gzip and publishing run
+in :class:`CaptureWriter`, inside a helper process, where they cannot take the GIL from training.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +12,33 @@ import gzip
 import json
 import logging
 import os
-import queue
-import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.faults import describe_error
+from profcallbacks.findings import Finding
 from profcallbacks.layout import STAGING_DIR, numbered_capture_dir, trace_file_name
 
 log = logging.getLogger(__name__)
 
 _READY = ".ready"
 
+CaptureHook = Callable[[Path, CaptureInfo, list[Any]], list[Finding]]
+"""Called after a capture is published with its trace file, its info and the run's history: a
+list the hook keeps for itself (``report.live.capture_findings`` appends a profile of each
+capture, so a slowdown capture is compared with an earlier healthy one)."""
 
-@dataclass
-class _Job:
-    profiler: Any  # a stopped torch.profiler.profile
-    info: CaptureInfo
+
+def raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
+    """Where the training process saves the raw (kineto) trace of ``info`` for the writer."""
+    return logdir / STAGING_DIR / info.name / f".{info.rank.worker}.raw.json"
 
 
-class TraceExporter:
-    """Post-processes and gzips each stopped capture on a background thread.
+class CaptureWriter:
+    """Post-processes and gzips each raw trace, then publishes its capture directory.
 
     Files are staged under ``<logdir>/.profcallbacks-staging/<capture>/`` with names the
     TensorBoard plugin ignores. Once every tracing rank's file is there, one rank renames the
@@ -42,39 +50,37 @@ class TraceExporter:
         tracing_ranks: How many ranks write a file into each capture directory.
         publish_timeout_s: At close, how long to wait for other ranks' files before publishing
             a capture directory with what is there.
+        on_published: Called with each published trace file (e.g. live verdicts); its findings
+            travel back to the training thread.
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
+                 on_published: CaptureHook | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
         self._publish_timeout_s = publish_timeout_s
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self.on_published = on_published
         self._waiting: set[str] = set()
-        self._thread: threading.Thread | None = None
+        self._history: list[Any] = []  # the hook's own record of earlier captures
+        self._written: dict[str, tuple[str, CaptureInfo]] = {}
         self.exported: list[Path] = []
-        self.analyse = True
-        """Analyse each exported capture (report/live.py); its findings go to ``findings``."""
-        self.findings: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._history: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
+        self.failures = 0
 
-    def submit(self, profiler: Any, info: CaptureInfo) -> None:
-        """Queue a stopped profiler for export; returns at once."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="profcallbacks-export",
-                                            daemon=True)
-            self._thread.start()
-        self._queue.put(_Job(profiler, info))
+    def export(self, raw: Path, info: CaptureInfo) -> None:
+        """Write one raw trace; a fault only warns (training never hears of it)."""
+        try:
+            self._export(raw, info)
+        except Exception as exc:
+            self.failures += 1
+            log.warning("profcallbacks: could not export capture %s (%s); training "
+                        "continues and later captures are still tried.",
+                        info.name, describe_error(exc, self._staging))
+            self._discard(info)
 
-    def close(self, timeout_s: float = 120.0) -> None:
-        """Finish queued exports, then publish captures still waiting for other ranks."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.warning("profcallbacks: trace export still running after %.0f s; "
-                            "unfinished captures stay in %s.", timeout_s, self._staging)
-            self._thread = None
+    def close(self) -> None:
+        """Publish captures still waiting for other ranks (after a bounded wait)."""
         deadline = time.monotonic() + self._publish_timeout_s
         while self._waiting and time.monotonic() < deadline:
             for name in list(self._waiting):
@@ -86,56 +92,25 @@ class TraceExporter:
         with contextlib.suppress(OSError):  # only when empty: another rank may still stage
             self._staging.rmdir()
 
-    @property
-    def busy(self) -> bool:
-        """An export is queued or running (it competes with training for the GIL)."""
-        return self._queue.unfinished_tasks > 0
-
-    def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            try:
-                self._export(job)
-            except Exception as exc:  # export faults never reach the training thread
-                log.warning("profcallbacks: could not export capture %s (%s); training "
-                            "continues and later captures are still tried.",
-                            job.info.name, describe_error(exc, self._staging))
-                self._discard(job.info)
-            finally:
-                self._queue.task_done()
-
-    def _export(self, job: _Job) -> None:
-        info = job.info
+    def _export(self, raw: Path, info: CaptureInfo) -> None:
         stage = self._staging / info.name
-        stage.mkdir(parents=True, exist_ok=True)
-        raw = stage / f".{info.rank.worker}.raw.json"
         try:
-            job.profiler.export_chrome_trace(str(raw))
             with open(raw, encoding="utf-8") as f:
                 trace = json.load(f)
         finally:
             raw.unlink(missing_ok=True)
-        job.profiler = None  # free the profiler's buffers before writing
         trace = postprocess(trace, info)
-        writing = stage / f".{trace_file_name(info.rank.worker, info.first_step)}.writing"
-        with gzip.open(writing, "wt", encoding="utf-8", compresslevel=6) as f:
-            json.dump(trace, f, separators=(",", ":"))
-        os.replace(writing, stage / (trace_file_name(info.rank.worker, info.first_step) + _READY))
+        name = trace_file_name(info.rank.worker, info.first_step)
+        writing = stage / f".{name}.writing"
+        try:
+            with gzip.open(writing, "wt", encoding="utf-8", compresslevel=6) as f:
+                json.dump(trace, f, separators=(",", ":"))
+            os.replace(writing, stage / (name + _READY))
+        finally:
+            writing.unlink(missing_ok=True)
+        self._written[info.name] = (name, info)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
-        if self.analyse:
-            self._analyse(trace, info)
-
-    def _analyse(self, trace: dict[str, Any], info: CaptureInfo) -> None:
-        """Live verdict of the capture; a failure only warns and turns the analysis off."""
-        try:
-            from profcallbacks.report.live import capture_findings
-
-            for finding in capture_findings(trace, info, self._history):
-                self.findings.put(finding)
-        except Exception as exc:
-            self.analyse = False
-            log.warning("profcallbacks: live analysis of capture %s failed (%s: %s); it is off "
-                        "for the rest of the run.", info.name, type(exc).__name__, exc)
 
     def _publish(self, name: str, *, force: bool) -> None:
         """Publish ``name`` if it is complete (or ``force``); a file-system error only warns."""
@@ -151,19 +126,30 @@ class TraceExporter:
         stage = self._staging / name
         ready = sorted(stage.glob("*" + _READY)) if stage.is_dir() else []
         if not stage.is_dir():  # another rank published it
-            self._waiting.discard(name)
-            self.exported.append(self._logdir / name)
+            self._published(name, self._logdir / name)
             return
         if len(ready) < self._tracing_ranks and not force:
             return
         final = publish_stage(self._logdir, name)
         if final is None:
             return  # another rank is publishing (or just has)
-        self.exported.append(final)
-        self._waiting.discard(name)
+        self._published(name, final)
         if force and len(ready) < self._tracing_ranks:
             log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
                         name, len(ready), self._tracing_ranks)
+
+    def _published(self, name: str, final: Path) -> None:
+        self._waiting.discard(name)
+        self.exported.append(final)
+        written = self._written.pop(name, None)
+        if written is None or self.on_published is None:
+            return
+        trace, info = final / written[0], written[1]
+        try:
+            self.findings.extend(self.on_published(trace, info, self._history))
+        except Exception as exc:  # the analysis never costs the capture
+            log.warning("profcallbacks: analysing capture %s failed (%s: %s).", name,
+                        type(exc).__name__, exc)
 
     def _discard(self, info: CaptureInfo) -> None:
         stage = self._staging / info.name
@@ -171,6 +157,33 @@ class TraceExporter:
             for path in stage.glob(f".{info.rank.worker}*"):
                 path.unlink(missing_ok=True)
         self._waiting.discard(info.name)
+
+
+def rescue_raw(logdir: Path, info: CaptureInfo) -> Path | None:
+    """Publish the raw trace of ``info`` as it is, in a ``-partial`` directory (writer gone)."""
+    raw = raw_trace_path(logdir, info)
+    if not raw.is_file():
+        return None
+    name = info.name if info.name.endswith("-partial") else info.name + "-partial"
+    file = trace_file_name(info.rank.worker, info.first_step).removesuffix(".gz")
+    final = free_capture_dir(logdir, name, [file])
+    final.mkdir(parents=True, exist_ok=True)
+    os.replace(raw, final / file)
+    with contextlib.suppress(OSError):
+        for path in raw.parent.glob(f".{info.rank.worker}*"):
+            path.unlink(missing_ok=True)
+        raw.parent.rmdir()
+    return final
+
+
+def load_hook() -> CaptureHook | None:
+    """The live capture analysis, where installed (``profcallbacks.report.live``)."""
+    try:
+        from profcallbacks.report import live
+    except ImportError:
+        return None
+    hook: Any = getattr(live, "capture_findings", None)
+    return hook
 
 
 def publish_stage(logdir: Path, name: str) -> Path | None:

@@ -11,6 +11,9 @@ from profcallbacks.layout import capture_dir_name
 
 log = logging.getLogger(__name__)
 
+NEVER = 1 << 62
+"""A step number no run reaches."""
+
 
 @dataclass(frozen=True)
 class Window:
@@ -89,6 +92,15 @@ class CapturePlanner:
         active = min(active, MAX_CAPTURE_STEPS)
         if self._pending is None or active > self._pending.active:
             self._pending = CaptureRequest(active=active, trigger=trigger)
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending is not None
+
+    @property
+    def next_due(self) -> int:
+        """First step at which a scheduled window may begin (a huge number: never)."""
+        return NEVER if self._next_due == float("inf") else int(self._next_due)
 
     def take_pending(self) -> CaptureRequest | None:
         """Remove and return the request not yet turned into a window."""

@@ -32,6 +32,7 @@ class CaptureInfo:
     tid: int
     rank: RankInfo
     backend: str | None = None
+    export_overlap: bool = False  # recorded while an earlier capture was being exported
 
 
 def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
@@ -60,6 +61,7 @@ def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
         "first_step": info.first_step,
         "steps": [span.step for span in info.steps],
         "partial": info.partial,
+        "export_overlap": info.export_overlap,
         "rank": info.rank.rank,
         "local_rank": info.rank.local_rank,
         "world_size": info.rank.world_size,

@@ -33,6 +33,7 @@ class TraceCapture:
         self._profiler: Any = profile(**options.profiler_kwargs())
         self._state = "created"
         self.spans: list[StepSpan] = []
+        self.overlaps_export = False  # began while an earlier capture was still being exported
 
     @property
     def recording(self) -> bool:

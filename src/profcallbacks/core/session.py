@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
+BLOCK_STEPS = 16
+"""Most steps in a block: detectors, summaries and triggers run once per block."""
+BLOCK_S = 0.25
+"""Target seconds per block: blocks of slow steps are shorter (at least one step)."""
 
 
 class ProfilingSession:
@@ -57,6 +61,8 @@ class ProfilingSession:
         self.rank = rank or RankInfo.detect()
         self._clock = clock
         self._detectors = list(detectors)
+        self._detector_attention: list[Callable[[int], int]] = [
+            d.attention_step for d in self._detectors if hasattr(d, "attention_step")]
         self._auditor = auditor if auditor is not None else default_auditor(config, self.rank)
         self._auditing = False
         self._audit_starts = 0
@@ -66,6 +72,10 @@ class ProfilingSession:
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank)
+        slowdown = config.slowdown
+        self._baseline_step: int | None = (  # ask for one capture of healthy steps here
+            start_step + slowdown.warmup_steps + 1 if config.baseline_capture and slowdown is not None
+            and config.capture_on_slowdown else None)
         self._memory = (MemoryMonitor(config.memory, self.logdir, rank=self.rank.rank)
                         if config.memory is not None else None)
         self._times = StepTimes(interval=config.log_every_n_steps)
@@ -73,17 +83,28 @@ class ProfilingSession:
         self._publisher: SummaryPublisher | None = None
         self._findings_file: FindingsFile | None = None
         self._lock: RunLock | None = None
-        self.step = start_step
-        self._step_start = 0.0
-        self._step_start_ns = 0
+        # The block buffer: _ends[0] is when the block's first step began, _ends[k] when its
+        # k-th step ended; _waits[k] that step's data wait. Filled by step_end() alone.
+        self._ends = [0.0] * (BLOCK_STEPS + 1)
+        self._waits = [0.0] * (BLOCK_STEPS + 1)
+        self._n = 0  # steps in the block so far
+        self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
+        self._first = start_step  # number of the block's first step
+        self._block_captured = False
+        self._block_after_pause = True
+        self._block_start_ns = 0  # wall clock at the block's start, inside capture windows
+        self._block_len = BLOCK_STEPS
         self._data_wait = 0.0
         self._wait_from = 0.0
-        self._after_pause = True
         self._paused = False
-        self._profiled = False
         self._device_timer: DeviceStepTimer | None = None
         self._opened = False
         self._warned_closed = False
+
+    @property
+    def step(self) -> int:
+        """Number of the step in progress (steps are numbered from ``start_step``)."""
+        return self._first + self._n
 
     @property
     def findings(self) -> list[Finding]:
@@ -98,12 +119,6 @@ class ProfilingSession:
     def captures_started(self) -> int:
         """Capture windows opened so far (they count towards ``max_captures``)."""
         return self._captures.captures_started
-
-    @property
-    def tracing(self) -> bool:
-        """A capture window is recording this step (front ends mark their fetches in it)."""
-        capture = self._captures.active
-        return capture is not None and capture.recording
 
     def restore(self, *, captures_started: int) -> None:
         """Continue a resumed run: windows opened before the restart count towards ``max_captures``."""
@@ -127,6 +142,8 @@ class ProfilingSession:
     def add_detector(self, detector: Detector) -> None:
         """Run ``detector`` on every finished step from now on (your own, or a test's recorder)."""
         self._detectors.append(detector)
+        if hasattr(detector, "attention_step"):
+            self._detector_attention.append(detector.attention_step)
 
     @property
     def capture_open(self) -> bool:
@@ -161,9 +178,10 @@ class ProfilingSession:
                                            steps_file=StepsFile(steps_file(self.logdir, rank)))
         self._captures.open()
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
+        if self._device_timer is not None:  # CUDA events are recorded per step
+            self.step_end = self._step_end_device  # type: ignore[method-assign]
         self._opened = True
-        self._begin_step(self._clock())
-        self._after_pause = True
+        self._begin_block(self._clock(), after_pause=True)
 
     def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
         """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on.
@@ -173,6 +191,8 @@ class ProfilingSession:
         """
         check_capture_steps(steps)
         self._captures.request(steps or self.config.capture_steps, trigger)
+        if self._opened and self._n < self._due:
+            self._due = self._n + 1  # the block ends with this step: the window opens after it
 
     def data_wait(self, seconds: float) -> None:
         """Add ``seconds`` spent waiting for a batch of the current step."""
@@ -183,7 +203,8 @@ class ProfilingSession:
 
         The time since the step began, or since the last ``batch_done()``, counts as data wait.
         """
-        self._data_wait += self._clock() - self._wait_from
+        began = self._ends[self._n]
+        self._data_wait += self._clock() - (began if began > self._wait_from else self._wait_from)
 
     def batch_done(self) -> None:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
@@ -195,6 +216,11 @@ class ProfilingSession:
         ``activity="validation"`` with ``config.capture_validation`` captures the work in a
         window of its own (``stepNNNNNN-validation``) unless a training window is open.
         """
+        if self._opened and not self._paused:
+            now = self._clock()
+            self._end_block(now)  # the steps so far are complete: a block boundary
+            self._ends[0] = now  # a step_end() without resume() times from here
+            self._due = 1
         if (activity == "validation" and self.config.capture_validation and not self._paused
                 and self._opened):
             self._captures.begin_between_steps(self.step, "validation")
@@ -209,47 +235,33 @@ class ProfilingSession:
             if self._device_timer is not None:
                 self._device_timer.break_chain()
             self._captures.end_between_steps()
-            self._start_audit_if_due()
-            self._step_start, self._step_start_ns = self._clock(), wall_ns()
-            self._wait_from = self._step_start
-            self._data_wait = 0.0
-            self._after_pause = True
+            if self._opened:
+                self._begin_block(self._clock(), after_pause=True)
+
+    @property
+    def tracing(self) -> bool:
+        """A capture window is recording this step (front ends mark their fetches in it)."""
+        capture = self._captures.active
+        return capture is not None and capture.recording
 
     def step_end(self) -> None:
-        """The current optimizer step is complete."""
+        """The current optimizer step is complete.
+
+        The hot path: a clock read, stores into the block buffer and one comparison. Everything
+        else (detectors, summaries, triggers, windows) runs in ``_attend`` once per block.
+        """
         now = self._clock()
-        if not self._opened:
-            if not self._warned_closed:
-                log.warning("profcallbacks: step() called while the profiler is not running "
-                            "(use `with prof:` or call it between open and close); ignored.")
-                self._warned_closed = True
-            return
-        self._paused = False
-        capture = self._captures.active
-        if capture is not None and capture.recording:
-            capture.add_span(self.step, self._step_start_ns, wall_ns())
-        audited = self._stop_audit(cancel=False) if self._auditing else None
-        record = StepRecord(self.step, now - self._step_start, self._data_wait,
-                            captured=self._profiled or audited is not None,
-                            after_pause=self._after_pause)
-        if self._device_timer is not None:
-            self._mark_device_step()
-        summary = self._times.add(record)
-        if summary is not None and self._publisher is not None:
-            self._publish(summary, now)
-        for detector in self._detectors:
-            try:
-                findings = detector.observe(record)
-            except Exception as exc:  # a detector never stops training
-                self._disable(detector, record.step, exc)
-                continue
-            for finding in findings:
-                self._on_detector_finding(finding)
-        for finding in audited or ():
-            self.emit(finding)
-        self._live_findings()
-        self.step += 1
-        self._begin_step(now)
+        n = self._n + 1
+        self._n = n
+        self._ends[n] = now
+        self._waits[n] = self._data_wait
+        self._data_wait = 0.0
+        if n >= self._due:
+            self._attend(now)
+
+    def _step_end_device(self) -> None:
+        ProfilingSession.step_end(self)
+        self._mark_device_step()
 
     def on_exception(self, error: BaseException) -> None:
         """A step raised ``error``: an ``out_of_memory`` finding if it is one (before ``close``)."""
@@ -262,14 +274,17 @@ class ProfilingSession:
         """Stop any capture (exported as partial), flush summaries and finish exports."""
         if not self._opened:
             return
+        if not self._paused:
+            self._end_block(self._clock())
         self._opened = False
+        self._due = 0
         try:
             if self._auditing:
                 self._stop_audit(cancel=True)
             self._captures.close(failed=failed)
             if self._memory is not None:
                 self._memory.close()
-            self._live_findings()
+            self._emit_capture_findings()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:
                 self._publish(summary, self._clock())
@@ -287,21 +302,90 @@ class ProfilingSession:
             self._lock.release()
             self._lock = None
 
-    def _begin_step(self, now: float) -> None:
-        """Start step ``self.step``; our own bookkeeping before this belongs to no step."""
-        self._captures.begin_step(self.step, now)
-        self._profiled = self._captures.affects_steps  # kept out of detectors' statistics
+    def _attend(self, now: float) -> None:
+        """A block is complete or a step needs attention: process the block, begin the next."""
+        if not self._opened:
+            self._n = 0
+            if not self._warned_closed:
+                log.warning("profcallbacks: step() called while the profiler is not running "
+                            "(use `with prof:` or call it between open and close); ignored.")
+                self._warned_closed = True
+            return
+        self._paused = False
+        self._end_block(now)
+        self._begin_block(now, after_pause=False)
+
+    def _end_block(self, now: float) -> None:
+        """Hand the buffered steps to the summaries and the detectors, in step order."""
+        n = self._n
+        if n == 0:
+            return
+        capture = self._captures.active
+        if capture is not None and capture.recording:  # blocks are one step long in windows
+            capture.add_span(self._first, self._block_start_ns, wall_ns())
+        audited = self._stop_audit(cancel=False) if self._auditing else None
+        ends, waits, first, captured = self._ends, self._waits, self._first, self._block_captured
+        records = [StepRecord(first + k - 1, ends[k] - ends[k - 1], waits[k], captured, False)
+                   for k in range(1, n + 1)]
+        if self._block_after_pause:
+            records[0] = records[0]._replace(after_pause=True)
+        self._first = first + n
+        self._n = 0
+        self._block_len = _next_block_len(ends[n] - ends[0], n)
+        publisher = self._publisher
+        for summary in self._times.add_block(records):
+            if publisher is not None:  # at the clock time its last step ended
+                k = summary.last_step - first + 1
+                self._publish(summary, ends[k] if 0 < k <= n else now)
+        detectors = self._detectors
+        for record in records:
+            for detector in list(detectors):
+                try:
+                    findings = detector.observe(record)
+                except Exception as exc:  # a detector never stops training
+                    self._disable(detector, record.step, exc)
+                    continue
+                for finding in findings:
+                    self._on_detector_finding(finding)
+        for finding in audited or ():
+            self.emit(finding)
+        self._emit_capture_findings()
+
+    def _begin_block(self, now: float, *, after_pause: bool) -> None:
+        """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
+        step = self._first
+        if self._baseline_step is not None and step >= self._baseline_step:
+            self._baseline_step = None  # once: a capture of healthy steps, before any slowdown
+            if self._captures.captures_started == 0 and self._captures.active is None:
+                self.request_capture(trigger="baseline")
+        self._captures.begin_step(step, now)
         active = self._captures.active
-        if self._memory is not None and (active is not None or self._memory.busy):
-            for finding in self._memory.window_step(self.step, active):  # before the audit's
-                self.emit(finding)  # spy starts: dispatch modes leave in the order they came
+        memory = self._memory
+        if memory is not None and (active is not None or memory.busy):
+            for finding in memory.window_step(step, active):  # before the audit's spy starts:
+                self.emit(finding)  # dispatch modes leave in the order they came
         if self._auditor is not None:
             self._start_audit_if_due()
-        self._step_start = self._clock()
-        self._step_start_ns = wall_ns() if active is not None else 0
-        self._wait_from = self._step_start
+        self._block_captured = self._captures.affects_steps or self._auditing
+        self._block_after_pause = after_pause
+        attention = self._captures.attention_step(step)
+        for detector_attention in self._detector_attention:
+            attention = min(attention, detector_attention(step))
+        if self._auditing or (self._memory is not None and self._memory.busy):
+            attention = step + 1  # steps watched one by one
+        elif self._auditor is not None and self._auditor.next_step is not None:
+            attention = min(attention, max(self._auditor.next_step, step + 1))
+        if self._baseline_step is not None:
+            attention = min(attention, max(self._baseline_step, step + 1))
+        self._due = max(1, min(self._block_len, attention - step))
+        self._block_start_ns = wall_ns() if active is not None else 0
         self._data_wait = 0.0
-        self._after_pause = False
+        self._ends[0] = self._wait_from = self._clock()
+
+    def _emit_capture_findings(self) -> None:
+        """Findings the export helper made about published captures, emitted on this thread."""
+        for finding in self._captures.take_findings():
+            self._on_detector_finding(finding)
 
     def _mark_device_step(self) -> None:
         try:
@@ -339,7 +423,7 @@ class ProfilingSession:
             if cancel:
                 auditor.cancel()
                 return []
-            findings = list(auditor.end_step(self.step))
+            findings = list(auditor.end_step(self._first))  # blocks are one step long
             if auditor.next_step is None:
                 self._auditor = None
             return findings
@@ -352,6 +436,8 @@ class ProfilingSession:
         log.warning("profcallbacks: %s failed at step %d (%s: %s); it is disabled for the rest of "
                     "the run.", type(detector).__name__, step, type(exc).__name__, exc)
         self._detectors.remove(detector)
+        self._detector_attention = [d.attention_step for d in self._detectors
+                                    if hasattr(d, "attention_step")]
 
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)
@@ -373,17 +459,6 @@ class ProfilingSession:
         self._publisher.publish(summary, self._extra_scalars(), memory)
         for finding in findings:
             self._on_detector_finding(finding)
-
-    def _live_findings(self) -> None:
-        """Emit, on this (the training) thread, what the live capture analysis found; ask for a
-        baseline capture after the slowdown detector's warm-up when no capture exists yet."""
-        for finding in self._captures.drain_findings():
-            self.emit(finding)
-        config = self.config
-        if (config.baseline_capture and config.capture_on_slowdown and config.slowdown is not None
-                and self.step == config.slowdown.warmup_steps
-                and self._captures.captures_started == 0 and self._captures.active is None):
-            self.request_capture(trigger="baseline")
 
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""
@@ -419,3 +494,10 @@ def _prepare_logdir(logdir: Path) -> Path:
         raise PermissionError(f"logdir={str(logdir)!r} is not writable ({exc.strerror}); pass a "
                               "directory this process can write to.") from exc
     return meta
+
+
+def _next_block_len(seconds: float, steps: int) -> int:
+    """Steps in the next block: :data:`BLOCK_STEPS`, fewer when that would take over ``BLOCK_S``."""
+    if seconds <= 0:
+        return BLOCK_STEPS
+    return max(1, min(BLOCK_STEPS, int(BLOCK_S * steps / seconds)))

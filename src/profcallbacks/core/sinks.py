@@ -133,7 +133,10 @@ class StepsFile:
     def write(self, summary: IntervalSummary, rank: int,
               fields: dict[str, float] | None = None) -> None:
         row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
-               "steps": summary.steps, **summary.scalars(), **(fields or {})}
+               "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
+               "steps_excluded": summary.steps_excluded,
+               "healthy_us": list(summary.healthy_us),
+               "healthy_data_wait_ms": round(summary.healthy_data_wait_ms, 4), **(fields or {})}
         self._out.append((json.dumps(row) + "\n").encode())
 
     def close(self) -> None:

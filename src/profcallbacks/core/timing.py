@@ -6,6 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+MAX_SUMMARY_STEPS = 1000
+"""A summary covers at most this many steps, whatever ``log_every_n_steps`` is (bounded memory)."""
+
 
 def median(values: Iterable[float]) -> float:
     """Median of ``values`` (not empty); plain ``sorted``, cheaper than ``statistics.median``."""
@@ -37,7 +40,13 @@ class StepRecord(NamedTuple):
 
 @dataclass(frozen=True)
 class IntervalSummary:
-    """Aggregate of the steps since the last summary (what scalars and the steps file hold)."""
+    """Aggregate of the steps since the last summary (what scalars and the steps file hold).
+
+    The ``step_time_ms_*`` and ``data_wait_ms_mean`` fields cover every step of the interval;
+    ``healthy_us`` lists the step times (whole microseconds) of the steps outside capture windows, audits and
+    exports, which the report's whole-run statistics use; ``steps_excluded`` counts the others;
+    ``max_step`` is the slowest healthy step (the slowest step when none is healthy).
+    """
 
     first_step: int
     last_step: int
@@ -46,6 +55,10 @@ class IntervalSummary:
     step_time_ms_median: float
     step_time_ms_max: float
     data_wait_ms_mean: float
+    max_step: int = -1
+    steps_excluded: int = 0
+    healthy_us: tuple[int, ...] = ()
+    healthy_data_wait_ms: float = 0.0
 
     @property
     def data_wait_share(self) -> float:
@@ -62,7 +75,9 @@ class IntervalSummary:
 
 
 class StepTimes:
-    """Summarises the steps every ``interval`` steps.
+    """Summarises steps every ``interval`` steps (at most every :data:`MAX_SUMMARY_STEPS`).
+
+    Holds only the pending interval's records, so memory stays bounded whatever the interval.
 
     Example:
         >>> times = StepTimes(interval=2)
@@ -72,7 +87,7 @@ class StepTimes:
     """
 
     def __init__(self, *, interval: int = 50) -> None:
-        self._interval = interval
+        self._interval = min(interval, MAX_SUMMARY_STEPS)
         self._pending: list[StepRecord] = []
 
     def add(self, record: StepRecord) -> IntervalSummary | None:
@@ -82,6 +97,19 @@ class StepTimes:
             return None
         return self.flush()
 
+    def add_block(self, records: list[StepRecord]) -> list[IntervalSummary]:
+        """Store a block of records at once; returns the summaries of intervals completed."""
+        pending = self._pending
+        pending += records
+        summaries = []
+        while len(pending) >= self._interval:
+            self._pending, rest = pending[:self._interval], pending[self._interval:]
+            summary = self.flush()
+            if summary is not None:
+                summaries.append(summary)
+            pending = self._pending = rest
+        return summaries
+
     def flush(self) -> IntervalSummary | None:
         """Summarise whatever is pending (also a partial interval, e.g. at the end)."""
         if not self._pending:
@@ -89,6 +117,8 @@ class StepTimes:
         records, self._pending = self._pending, []
         times = [r.step_time_s for r in records]
         n = len(times)
+        healthy = [r for r in records if not r.captured]
+        slowest = max(healthy or records, key=lambda r: r.step_time_s)
         return IntervalSummary(
             first_step=records[0].step,
             last_step=records[-1].step,
@@ -97,4 +127,8 @@ class StepTimes:
             step_time_ms_median=median(times) * 1e3,
             step_time_ms_max=max(times) * 1e3,
             data_wait_ms_mean=sum(r.data_wait_s for r in records) / n * 1e3,
+            max_step=slowest.step,
+            steps_excluded=n - len(healthy),
+            healthy_us=tuple(int(r.step_time_s * 1e6 + 0.5) for r in healthy),
+            healthy_data_wait_ms=sum(r.data_wait_s for r in healthy) * 1e3,
         )

@@ -10,7 +10,13 @@ from profcallbacks.findings import Finding
 
 
 class Detector(Protocol):
-    """Looks at each finished step and returns what it concludes (usually nothing)."""
+    """Looks at each finished step and returns what it concludes (usually nothing).
+
+    The session hands over the steps once per block (up to ``BLOCK_STEPS`` steps or
+    ``BLOCK_S`` seconds), in step order, so findings arrive at most one block later. A detector
+    that must run at a given step (e.g. one that meets the other ranks in a collective) also
+    defines ``attention_step(step) -> int``: the block ends before that step.
+    """
 
     def observe(self, record: StepRecord) -> Iterable[Finding]: ...
 

@@ -102,6 +102,14 @@ class StragglerDetector:
         self._reported: set[int] = set()
         self._disabled = False
 
+    def attention_step(self, step: int) -> int:
+        """The session must hand over the steps before this one at once (a collective follows).
+
+        Every rank then meets the others between the same two steps, also when the training
+        loop runs collectives of its own.
+        """
+        return (step // self._every + 1) * self._every
+
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Collects one step; at check steps, meets the other ranks (a collective)."""
         if self._disabled:

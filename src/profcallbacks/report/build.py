@@ -124,7 +124,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
-                             host_steps=analysis.get("host", {}).get("per_step", []))
+                             host_steps=analysis.get("host", {}).get("per_step", []),
+                             export_overlap=summary.export_overlap)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
@@ -134,7 +135,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files,
                          "verdict": pooled["verdict"], "metrics": pooled["metrics"],
-                         "breakdown": breakdown([t for t in traces if t.path in capture.files])})
+                         "breakdown": breakdown([t for t in traces if t.path in capture.files]),
+                         "export_overlap": any(f.get("export_overlap") for f in files)})
     verdict = run_verdict(captures, sync_sites)
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])

@@ -15,6 +15,7 @@ from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_html
 from profcallbacks.report.plot import step_time_svg
 from profcallbacks.report.safe import visible
+from profcallbacks.report.text import step_spread
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1000px;
@@ -58,8 +59,7 @@ def render_html(report: dict[str, Any]) -> str:
     parts.append("<h2>Step time over the run</h2>" + step_time_svg(report))
     if steps:
         parts.append(f"<p id=step-stats>Steps {steps['first_step']}-{steps['last_step']} "
-                     f"({steps['steps']} steps): mean <b>{_ms(steps['mean_ms'])}</b>, median "
-                     f"{_ms(steps['median_ms'])} (of interval medians), max {_ms(steps['max_ms'])}; "
+                     f"({steps['steps']} steps): {_e(step_spread(steps))}; "
                      f"data wait {_ms(steps['data_wait_ms'])} per step "
                      f"(<b>{_pct(steps['data_wait_share'])}</b>).</p>")
         parts.append(_ranks(steps))
@@ -161,7 +161,8 @@ def _captures(captures: list[dict[str, Any]]) -> str:
     if not captures:
         return "<h2>Captures</h2><p>No captures.</p>"
     rows = [[f"<code>{_e(c['directory'])}</code>",
-             _e(c["trigger"] or "-") + (" (partial)" if c["partial"] else ""),
+             _e(c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
+             + (" (during an export)" if c.get("export_overlap") else ""),
              _e(f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"),
              "<br>".join(f"<code>{_e(f['path'])}</code> ({f['bytes'] / 1024:.0f} KiB)" for f in c["files"])]
             for c in captures]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,37 +14,75 @@ INTERVAL_KEYS = ("rank", "first_step", "last_step", "steps", "step_time_ms", "st
                  "step_time_ms_max", "data_wait_ms", "data_wait_share")
 
 
+HEALTHY_KEYS = ("max_step", "steps_excluded", "healthy_data_wait_ms")
+"""Fields of steps-file rows written since whole-run statistics left captured steps out."""
+
+
 def clean_intervals(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of the steps files that hold every field as a number, in step then rank order."""
+    """Rows of the steps files that hold every field as a number, in step then rank order.
+
+    Rows that also list their healthy steps (``healthy_us`` and :data:`HEALTHY_KEYS`) keep them,
+    as ``healthy_ms``.
+    """
     out = []
     for row in rows:
         if all(isinstance(row.get(k), (int, float)) for k in INTERVAL_KEYS) and row["steps"] > 0:
-            out.append({k: row[k] for k in INTERVAL_KEYS})
+            clean = {k: row[k] for k in INTERVAL_KEYS}
+            healthy = row.get("healthy_us")
+            if (isinstance(healthy, list) and all(isinstance(row.get(k), (int, float))
+                                                  for k in HEALTHY_KEYS)
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in healthy)):
+                clean.update({k: row[k] for k in HEALTHY_KEYS},
+                             healthy_ms=[v / 1e3 for v in healthy])
+            out.append(clean)
     out.sort(key=lambda r: (r["first_step"], r["rank"]))
     return out
 
 
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank ``q`` percentile (0-100) of the sorted, non-empty ``ordered``."""
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
 def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steps = sum(r["steps"] for r in rows)
-    mean = sum(r["step_time_ms"] * r["steps"] for r in rows) / steps
-    wait = sum(r["data_wait_ms"] * r["steps"] for r in rows) / steps
-    return {
+    out: dict[str, Any] = {
         "steps": steps,
         "first_step": min(r["first_step"] for r in rows),
         "last_step": max(r["last_step"] for r in rows),
-        "mean_ms": mean,
-        "median_ms": median(r["step_time_ms_median"] for r in rows),
-        "max_ms": max(r["step_time_ms_max"] for r in rows),
-        "data_wait_ms": wait,
-        "data_wait_share": wait / mean if mean > 0 else 0.0,
     }
+    healthy = [v for r in rows for v in r.get("healthy_ms", ())]
+    if healthy and all("healthy_ms" in r for r in rows):  # exact, over the healthy steps
+        ordered = sorted(healthy)
+        total = sum(healthy)
+        mean = total / len(healthy)
+        wait = sum(r["healthy_data_wait_ms"] for r in rows) / len(healthy)
+        slowest = max((r for r in rows if r["healthy_ms"]), key=lambda r: max(r["healthy_ms"]))
+        out.update(mean_ms=mean, median_ms=percentile(ordered, 50),
+                   p90_ms=percentile(ordered, 90), p99_ms=percentile(ordered, 99),
+                   max_ms=ordered[-1], max_step=int(slowest["max_step"]),
+                   steps_excluded=int(sum(r["steps_excluded"] for r in rows)),
+                   steps_per_s=len(healthy) / total * 1e3 if total > 0 else None)
+    else:  # steps files of older versions: interval aggregates only
+        mean = sum(r["step_time_ms"] * r["steps"] for r in rows) / steps
+        wait = sum(r["data_wait_ms"] * r["steps"] for r in rows) / steps
+        out.update(mean_ms=mean,
+                   median_ms=median(r["step_time_ms_median"] for r in rows),
+                   p90_ms=None, p99_ms=None, max_ms=max(r["step_time_ms_max"] for r in rows),
+                   max_step=None, steps_excluded=0,
+                   steps_per_s=1e3 / mean if mean > 0 else None)
+    out.update(data_wait_ms=wait, data_wait_share=wait / mean if mean > 0 else 0.0)
+    return out
 
 
 def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Whole-run and per-rank statistics from the steps files; ``None`` without any rows.
 
-    ``mean_ms`` and ``data_wait_ms`` are exact means over all steps; ``median_ms`` is the median
-    of the interval medians (the steps files keep no single steps); ``max_ms`` is exact.
+    Steps inside capture windows, under the sync audit or during exports are left out and
+    counted in ``steps_excluded``; over the other steps ``mean_ms``, ``median_ms``, ``p90_ms``,
+    ``p99_ms`` (nearest rank), ``max_ms`` (of step ``max_step``), ``data_wait_ms`` and
+    ``steps_per_s`` (healthy steps per second of their own time) are exact. Steps files of
+    older versions give interval aggregates (``median_ms`` of interval medians, no percentiles).
     """
     if not intervals:
         return None
@@ -58,7 +97,7 @@ def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
                              "slowest_rank": None, "data_wait_share_spread": None, "stragglers": []}
     if len(per_rank) > 1:
         stats.update(rank_comparison(per_rank))
-    stats["intervals"] = intervals
+    stats["intervals"] = [{k: v for k, v in r.items() if k != "healthy_ms"} for r in intervals]
     return stats
 
 

@@ -43,14 +43,24 @@ def render_text(report: dict[str, Any]) -> str:
     return visible("\n".join(out).rstrip() + "\n")  # no raw escape sequences reach a terminal
 
 
+def step_spread(steps: dict[str, Any]) -> str:
+    """Mean, percentiles, max and its step; how many steps the capture windows took out."""
+    if steps.get("p90_ms") is None:  # a steps file of an older version
+        return (f"mean {_ms(steps['mean_ms'])}   median {_ms(steps['median_ms'])} (of interval "
+                f"medians)   max {_ms(steps['max_ms'])}")
+    return (f"mean {_ms(steps['mean_ms'])}   p50 {_ms(steps['median_ms'])}   p90 "
+            f"{_ms(steps['p90_ms'])}   p99 {_ms(steps['p99_ms'])}   max {_ms(steps['max_ms'])} "
+            f"(step {steps['max_step']})   {steps['steps_per_s']:.1f} steps/s; "
+            f"{steps['steps_excluded']} steps in capture windows, audits or exports left out")
+
+
 def _steps_section(steps: dict[str, Any] | None) -> list[str]:
     out = ["Step time (whole run, from profcallbacks/rank*.steps.jsonl)"]
     if steps is None:
         return out + ["  no step summaries (the run wrote no steps file, or ended before "
                       "log_every_n_steps steps)", ""]
     out += [f"  steps {steps['first_step']}-{steps['last_step']} ({steps['steps']} steps)",
-            f"  mean {_ms(steps['mean_ms'])}   median {_ms(steps['median_ms'])} (of interval "
-            f"medians)   max {_ms(steps['max_ms'])}",
+            f"  {step_spread(steps)}",
             f"  data wait {_ms(steps['data_wait_ms'])} per step ({_pct(steps['data_wait_share'])}); "
             f"the rest ({_pct(1 - steps['data_wait_share'])}) is compute and other work", ""]
     if len(steps["per_rank"]) > 1:
@@ -91,8 +101,8 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
         kind = (c.get("verdict") or {}).get("kind", "-")
-        rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else ""),
-                     steps, kind, files])
+        rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
+                     + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
     for c in captures:
         for f in c["files"]:

@@ -44,6 +44,7 @@ class TraceSummary:
     worker: str
     trigger: str | None
     partial: bool
+    export_overlap: bool = False  # recorded while an earlier capture was still being exported
     steps: list[dict[str, Any]] = field(default_factory=list)
     cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
@@ -86,7 +87,8 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
     trigger = meta.get("trigger")
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
                            worker=worker, trigger=trigger if isinstance(trigger, str) else None,
-                           partial=bool(meta.get("partial")))
+                           partial=bool(meta.get("partial")),
+                           export_overlap=meta.get("export_overlap") is True)
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []

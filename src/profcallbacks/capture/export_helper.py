@@ -1,0 +1,301 @@
+"""The export helper: a process of its own that writes captures while training goes on.
+
+The training process stops the profiler and lets kineto save its raw trace (what torch's own
+``on_trace_ready`` export costs too), then hands the file to a helper process, started on the
+start of the run (on ranks that write traces), at the lowest CPU priority. There
+:class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
+it without holding the training process's GIL. The helper
+reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
+the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from profcallbacks.capture.export import CaptureWriter, load_hook, raw_trace_path, rescue_raw
+from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.core.faults import describe_error
+from profcallbacks.findings import Finding
+
+log = logging.getLogger(__name__)
+
+USE_HELPER_PROCESS = True
+"""False: write captures on a thread of the training process instead (tests, no ``fork``)."""
+CLOSE_BYTES_PER_S = 2e6
+"""At close, the wait for the helper grows by one second per this many raw trace bytes queued."""
+
+Message = tuple[Any, ...]
+
+_BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
+         "sys.modules['profcallbacks'] = m; "  # the package's __init__ would import torch
+         "from profcallbacks.capture.export_helper import main; main()")
+
+
+class TraceExporter:
+    """Saves each stopped profiler's raw trace and has the helper process write it.
+
+    Example:
+        >>> import os, torch
+        >>> from profcallbacks.core.ranks import RankInfo
+        >>> exporter = TraceExporter(getfixture("tmp_path"))
+        >>> with torch.profiler.profile() as stopped:
+        ...     _ = torch.ones(2) * 2
+        >>> info = CaptureInfo("step000000-manual", "manual", 0, (), False, os.getpid(), 0,
+        ...                    RankInfo())
+        >>> exporter.submit(stopped, info); exporter.close()
+        >>> [path.name for path in exporter.exported]
+        ['step000000-manual']
+    """
+
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+        self._logdir = logdir
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
+        self._publish_timeout_s = publish_timeout_s
+        self._channel: _Channel | None = None
+        self._jobs: dict[str, tuple[CaptureInfo, int]] = {}  # name -> info, raw bytes
+        self._findings: list[Finding] = []
+        self.exported: list[Path] = []
+        self.failures = 0
+
+    @property
+    def busy(self) -> bool:
+        """An export is queued or running."""
+        return bool(self._jobs)
+
+    def prepare(self) -> None:
+        """Start the helper now (a window begins), not when its first export is due."""
+        if self._channel is None:
+            self._channel = _start_channel(self._on_message)
+            self._channel.send(self._config)
+
+    def submit(self, profiler: Any, info: CaptureInfo) -> None:
+        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once."""
+        raw = raw_trace_path(self._logdir, info)
+        try:
+            raw.parent.mkdir(parents=True, exist_ok=True)
+            profiler.export_chrome_trace(str(raw))  # kineto's save: it stays with the profiler
+            size = raw.stat().st_size
+        except Exception as exc:
+            self.failures += 1
+            log.warning("profcallbacks: could not export capture %s (%s); training "
+                        "continues and later captures are still tried.",
+                        info.name, describe_error(exc, raw.parent))
+            with contextlib.suppress(OSError):
+                raw.unlink(missing_ok=True)
+            return
+        self.prepare()
+        assert self._channel is not None
+        self._jobs[info.name] = (info, size)
+        self._channel.send(("export", str(raw), info))
+
+    def take_findings(self) -> list[Finding]:
+        """Findings about published captures since the last call (for the training thread)."""
+        if not self._findings:
+            return []
+        findings, self._findings = self._findings, []
+        return findings
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        """Finish the exports: wait ``timeout_s`` plus time for the queued trace bytes.
+
+        A helper that does not finish in time is stopped, and each trace it did not write is
+        published raw (not post-processed, not compressed) in a ``-partial`` directory.
+        """
+        channel, self._channel = self._channel, None
+        if channel is None:
+            return
+        queued = sum(size for _, size in self._jobs.values())
+        limit = timeout_s + self._publish_timeout_s + queued / CLOSE_BYTES_PER_S
+        channel.send(("close",))
+        if not channel.wait(limit):
+            log.warning("profcallbacks: trace export still running after %.0f s; it is stopped "
+                        "and unfinished captures are published raw as -partial.", limit)
+            channel.kill()
+        for info, _ in list(self._jobs.values()):
+            rescued = rescue_raw(self._logdir, info)
+            if rescued is not None:
+                self.exported.append(rescued)
+        self._jobs.clear()
+
+    def _on_message(self, message: Message) -> None:
+        """A message from the helper (on the channel's reader thread)."""
+        kind = message[0]
+        if kind == "log":
+            log.log(message[1], "%s", message[2])
+        elif kind in ("done", "closed"):
+            self.exported.extend(Path(p) for p in message[1])
+            self._findings = self._findings + list(message[2])
+            self.failures += message[3]
+            if kind == "done":
+                self._jobs.pop(message[4], None)
+
+
+class _Channel:
+    """The helper process, or (``USE_HELPER_PROCESS = False``) a thread doing its work."""
+
+    def __init__(self, on_message: Callable[[Message], None]) -> None:
+        self._on_message = on_message
+        self._done = threading.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._inbox: list[Message] = []
+        self._ready = threading.Condition()
+
+    def start_process(self) -> None:
+        package = str(Path(__file__).resolve().parent.parent)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, package], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, close_fds=True)
+        threading.Thread(target=self._read, name="profcallbacks-export-reader",
+                         daemon=True).start()
+
+    def start_thread(self) -> None:
+        threading.Thread(target=self._serve_here, name="profcallbacks-export", daemon=True).start()
+
+    def send(self, message: Message) -> None:
+        if self._process is not None:
+            assert self._process.stdin is not None
+            try:
+                pickle.dump(message, self._process.stdin)
+                self._process.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                log.warning("profcallbacks: the export helper is gone (%s).", exc)
+                self._done.set()
+        else:
+            with self._ready:
+                self._inbox.append(message)
+                self._ready.notify()
+
+    def wait(self, timeout_s: float) -> bool:
+        done = self._done.wait(timeout_s)
+        if done and self._process is not None:
+            try:
+                self._process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return done
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        out = self._process.stdout
+        try:
+            while True:
+                message = pickle.load(out)
+                self._on_message(message)
+                if message[0] == "closed":
+                    break
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
+        finally:
+            self._done.set()
+
+    def _receive_here(self) -> Message | None:
+        with self._ready:
+            while not self._inbox:
+                self._ready.wait()
+            return self._inbox.pop(0)
+
+    def _serve_here(self) -> None:
+        try:
+            serve(self._receive_here, self._on_message)
+        finally:
+            self._done.set()
+
+
+def _start_channel(on_message: Callable[[Message], None]) -> _Channel:
+    channel = _Channel(on_message)
+    if USE_HELPER_PROCESS:
+        try:
+            channel.start_process()
+            return channel
+        except OSError as exc:
+            log.warning("profcallbacks: cannot start the export helper process (%s); captures "
+                        "are written on a thread, which slows training more.", exc)
+    channel.start_thread()
+    return channel
+
+
+def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None]) -> None:
+    """The helper's loop: ``config``, then ``export`` jobs, until ``close`` or the end.
+
+    The live capture analysis is imported at the first export, not at start-up.
+    """
+    writer: CaptureWriter | None = None
+
+    def report(kind: str, *extra: Any) -> None:
+        assert writer is not None
+        exported, writer.exported = writer.exported, []
+        findings, writer.findings = writer.findings, []
+        failures, writer.failures = writer.failures, 0
+        reply((kind, [str(p) for p in exported], findings, failures, *extra))
+
+    while (message := receive()) is not None:
+        kind = message[0]
+        if kind == "config":
+            writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
+                                   publish_timeout_s=message[3])
+        elif kind == "export" and writer is not None:
+            if writer.on_published is None:
+                writer.on_published = load_hook()
+            info: CaptureInfo = message[2]
+            writer.export(Path(message[1]), info)
+            report("done", info.name)
+        elif kind == "close":
+            break
+    if writer is not None:  # closed, or the training process is gone: publish what is here
+        writer.close()
+        report("closed")
+
+
+class _LogForwarder(logging.Handler):
+    """Sends the helper's log records to the training process, which logs them."""
+
+    def __init__(self, reply: Callable[[Message], None]) -> None:
+        super().__init__(logging.INFO)
+        self._reply = reply
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._reply(("log", record.levelno, record.getMessage()))
+
+
+def main() -> None:
+    """Entry point of the helper process (stdin: jobs, stdout: results)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)  # idle CPU only: on a busy machine training keeps the cores it had
+    source: IO[bytes] = sys.stdin.buffer
+    sink: IO[bytes] = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write to the result pipe
+
+    def receive() -> Message | None:
+        try:
+            message: Message = pickle.load(source)
+            return message
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return None
+
+    def reply(message: Message) -> None:
+        try:
+            pickle.dump(message, sink)
+            sink.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    root = logging.getLogger("profcallbacks")
+    root.addHandler(_LogForwarder(reply))
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    serve(receive, reply)

@@ -77,3 +77,19 @@ def test_writer_names_parse_back():
                        (layout.findings_file(Path("x"), 7), "findings")):
         assert path.parent.name == layout.META_DIR
         assert layout.parse_rank_file(path.name) == (7, kind)
+
+
+def test_public_names_and_a_command_line_without_torch():
+    """`profcallbacks report`/`watch` start without importing torch; the public names still resolve."""
+    import subprocess
+    import sys
+
+    import profcallbacks
+
+    code = ("import sys, profcallbacks.cli, profcallbacks.report, profcallbacks.watch; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+    assert set(profcallbacks.__all__) == set(dir(profcallbacks))
+    for name in profcallbacks.__all__:
+        assert getattr(profcallbacks, name) is not None

@@ -118,6 +118,9 @@ with StepProfiler({str(tmp_path)!r}, schedule=Schedule(skip_first=2, warmup=0, a
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     with pytest.raises(LogdirInUseError):  # live in another process
         _train(tmp_path)
+    deadline = time.monotonic() + 60  # the export helper publishes in the background
+    while not (tmp_path / "step000002-schedule").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.kill()
     proc.wait()
     before = {d.name: sorted(p.name for p in d.iterdir()) for d in capture_dirs(tmp_path)}

@@ -27,7 +27,7 @@ def example_logdir(tmp_path_factory):
 
 def test_plugin_lists_each_capture_with_its_rank_steps_and_dataloader_time(example_logdir):
     expected = captured_steps(example_logdir)
-    assert len(expected) == 3  # two scheduled, one manual
+    assert len(expected) == 4  # the automatic baseline, two scheduled, one manual
     host = socket.gethostname().split(".")[0]
     with tensorboard(example_logdir) as tb:
         runs = tb.wait_for_runs(set(expected))
@@ -62,7 +62,7 @@ def test_capture_dirs_appear_whole(tmp_path):
                         assert "traceEvents" in json.load(f)
         time.sleep(0.002)
     assert job.returncode == 0, job.stderr.read() if job.stderr else ""
-    assert len(first_seen) == 3, first_seen  # two scheduled captures and one manual
+    assert len(first_seen) == 4, first_seen  # the baseline, two scheduled captures, one manual
     for name, files in first_seen.items():
         assert len(files) == 1 and files[0].endswith(".pt.trace.json.gz"), (name, files)
     assert not (logdir / ".profcallbacks-staging").exists()  # removed once empty

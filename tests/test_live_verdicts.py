@@ -109,9 +109,9 @@ DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_s
 
 def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float, slower_delay_s: float = 0.0,
                    slow_steps: int = 40) -> Iterator[torch.Tensor]:
-    """Batches ``delay_s`` late until the baseline capture is published and its export is over
-    (steps during an export are not the job's own: the detectors skip them), then ``slow_steps``
-    batches ``slower_delay_s`` late; ``switch["step"]`` is the first slow step."""
+    """Batches ``delay_s`` late until the baseline capture is published (10 steps later: its
+    profile must be in the writer's history before the slowdown capture is analysed), then
+    ``slow_steps`` batches ``slower_delay_s`` late; ``switch["step"]`` is the first slow step."""
     x = torch.randn(64, 256)
     step, deadline = 0, time.monotonic() + 60
     while switch.get("step") is None and time.monotonic() < deadline:

@@ -76,8 +76,16 @@ class CaptureController:
 
     @property
     def affects_steps(self) -> bool:
-        """A window is open or its export still runs: step times are not the job's own."""
-        return self._capture is not None or (self._exporter is not None and self._exporter.busy)
+        """Step times are not the job's own: a window is open, or an export runs on a thread of
+        this process (the fallback when no helper process can start; it takes the GIL).
+
+        An export in the helper process (the normal case) does not count: it runs at the lowest
+        CPU priority and never holds this process's GIL, so the steps meanwhile are the job's own,
+        and a slow export on a busy machine must not blind the detectors for its whole duration.
+        """
+        exporter = self._exporter
+        return self._capture is not None or (exporter is not None and exporter.busy
+                                             and exporter.in_process)
 
     def attention_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""

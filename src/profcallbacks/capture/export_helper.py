@@ -72,6 +72,11 @@ class TraceExporter:
         """An export is queued or running."""
         return bool(self._jobs)
 
+    @property
+    def in_process(self) -> bool:
+        """Exports run on a thread of this process (no helper process could be started)."""
+        return self._channel is not None and self._channel.in_process
+
     def prepare(self) -> None:
         """Start the helper now (a window begins), not when its first export is due."""
         if self._channel is None:
@@ -157,6 +162,10 @@ class _Channel:
             stdout=subprocess.PIPE, close_fds=True)
         threading.Thread(target=self._read, name="profcallbacks-export-reader",
                          daemon=True).start()
+
+    @property
+    def in_process(self) -> bool:
+        return self._process is None
 
     def start_thread(self) -> None:
         threading.Thread(target=self._serve_here, name="profcallbacks-export", daemon=True).start()

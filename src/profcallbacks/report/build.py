@@ -203,7 +203,7 @@ def _advice(finding: dict[str, Any]) -> str | None:
     if isinstance(advice, str) and advice:
         return advice
     if isinstance(advice, list) and advice:
-        return "; ".join(str(a) for a in advice)
+        return "; ".join(str(a).rstrip(". ") for a in advice) + "."
     return None
 
 

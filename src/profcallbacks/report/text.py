@@ -51,7 +51,7 @@ def step_spread(steps: dict[str, Any]) -> str:
     return (f"mean {_ms(steps['mean_ms'])}   p50 {_ms(steps['median_ms'])}   p90 "
             f"{_ms(steps['p90_ms'])}   p99 {_ms(steps['p99_ms'])}   max {_ms(steps['max_ms'])} "
             f"(step {steps['max_step']})   {steps['steps_per_s']:.1f} steps/s; "
-            f"{steps['steps_excluded']} steps in capture windows, audits or exports left out")
+            f"{steps['steps_excluded']} steps in capture windows or audits left out")
 
 
 def _steps_section(steps: dict[str, Any] | None) -> list[str]:

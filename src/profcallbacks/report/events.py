@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.report.decode import MISSING, Args, Event
 
 Interval = tuple[float, float]
 Row = tuple[float, float, str, int, int]  # ts, end, name, stream, correlation (us)
@@ -44,7 +45,7 @@ class Scan:
     comm: list[Interval] = field(default_factory=list)
     data: list[Interval] = field(default_factory=list)
     ops: list[Interval] = field(default_factory=list)
-    plain_ops: list[dict[str, Any]] = field(default_factory=list)  # other cpu_op events, unchecked
+    plain_ops: list[Event] = field(default_factory=list)  # other cpu_op events, unchecked
     lo: float = math.inf
     hi: float = -math.inf
     bad_dur: int = 0
@@ -59,28 +60,28 @@ def _int(value: Any) -> int:
 
 
 def scan(events: list[Any]) -> Scan:
-    """One pass over ``events`` (see the module docstring); faulty events are counted, skipped."""
+    """One pass over decoded ``events`` (``decode.Event``; see the module docstring); faulty
+    events are counted, skipped."""
     out = Scan()
     gpu, host, syncs, ops = out.gpu, out.host, out.syncs, out.ops
     lo, hi = math.inf, -math.inf
     plain = out.plain_ops
     for event in events:
         try:  # the common case without isinstance checks; anything odd takes the except path
-            cat = event["cat"]
+            cat = event.cat
             if cat == "cpu_op":  # most events: keep a reference, look closer only when needed
-                name = event["name"]
+                name = event.name
                 if name not in SYNC_CALLS and not name.startswith(_MARKED):
                     plain.append(event)
                     continue
-            if event["ph"] != "X":
+            if event.ph != "X" or cat is MISSING:
                 continue
-            ts, dur, name = event["ts"], event["dur"], event["name"]
-            if not dur >= 0 or type(ts) is str or type(dur) is str:
+            ts, dur, name = event.ts, event.dur, event.name
+            if not dur >= 0 or type(ts) is str or type(dur) is str or name is MISSING:
                 raise TypeError
             end = ts + dur
         except (KeyError, TypeError, IndexError, AttributeError):
-            if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") \
-                    not in (None, "Trace"):
+            if isinstance(event, Event) and event.ph == "X" and event.cat not in (None, "Trace", MISSING):
                 out.bad_dur += 1
             continue
         if type(name) is not str:
@@ -96,15 +97,14 @@ def scan(events: list[Any]) -> Scan:
                 continue
         if cat is None or cat == "Trace":
             continue
-        args = event.get("args")
-        args = args if isinstance(args, dict) else {}
+        args = event.args
         if name.startswith(_MARKED) and cat in _HOST_CATS:
             lo, hi = min(lo, ts), max(hi, end)
             _marked(out, ts, end, name, args)
             continue
         if cat in DEVICE_CATS:
             out.device_events += 1
-        stream, corr = _int(args.get("stream", -1)), _int(args.get("correlation", -1))
+        stream, corr = (_int(args.stream), _int(args.correlation)) if isinstance(args, Args) else (-1, -1)
         if cat in RUNTIME_CATS:
             lo, hi = min(lo, ts), max(hi, end)
             if name in SYNC_CALLS:
@@ -131,19 +131,19 @@ def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
     included (only traces without step ranges need them)."""
     ops, lo, hi = list(found.ops), found.lo, found.hi
     for event in found.plain_ops:
-        ts, dur = event.get("ts"), event.get("dur")
+        ts, dur = event.ts, event.dur
         if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
             ops.append((ts, ts + dur))
             lo, hi = min(lo, ts), max(hi, ts + dur)
     return ops, lo, hi
 
 
-def _marked(out: Scan, ts: float, end: float, name: str, args: dict[str, Any]) -> None:
+def _marked(out: Scan, ts: float, end: float, name: str, args: Any) -> None:
     """A step range, dataloader fetch, optimizer step or communication call (any host category)."""
     if name.startswith(STEP_PREFIX):
         out.step_names.add(name)
         out.host.append((math.ceil(ts) if isinstance(ts, float) else ts, -1, True))
-        out.steps.append((ts, end, name, bool(args.get("profcallbacks"))))
+        out.steps.append((ts, end, name, isinstance(args, Args) and bool(args.profcallbacks)))
     elif name.startswith(DATALOADER_PREFIXES):
         out.data.append((ts, end))
     elif name.startswith("Optimizer.step#"):

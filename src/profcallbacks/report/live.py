@@ -12,7 +12,8 @@ from typing import Any
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
-from profcallbacks.report.reading import gc_paused, read_json
+from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide
 
@@ -21,10 +22,10 @@ MIN_DELTA_MS = 0.01
 """Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
 
 
-def capture_profile(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
+def capture_profile(trace: Trace, info: CaptureInfo) -> dict[str, Any]:
     """What later captures compare against: per-step metrics, verdict and operator times."""
     summary = summarise(trace, Path(info.name))
-    analysis = analyse_events(trace["traceEvents"], summary.cpu_ops, summary.steps)
+    analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
     metrics = pool([analysis["metrics"]])
     steps = max(len(summary.steps), 1)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
@@ -47,12 +48,13 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
         ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
         ``slowdown_diagnosis`` (warning): what grew per step, largest first.
     """
-    if isinstance(trace_file, dict):
-        trace = trace_file
-    else:
-        with gc_paused():
-            trace = read_json(trace_file)
-    profile = capture_profile(trace, info)
+    with gc_paused():
+        if isinstance(trace_file, dict):
+            trace = slim(trace_file, Path(info.name))
+        else:
+            trace = load_trace(trace_file)
+        profile = capture_profile(trace, info)
+        del trace
     step = info.steps[-1].step if info.steps else info.first_step
     findings = []
     verdict = profile["verdict"]

@@ -23,7 +23,8 @@ from typing import Any
 
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.analysis import analyse_events
-from profcallbacks.report.reading import ReadError, gc_paused, read_json
+from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
+from profcallbacks.report.reading import ReadError, gc_paused
 from profcallbacks.report.reading import as_int as _int
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -60,9 +61,7 @@ def summarise_file(path: Path) -> TraceSummary:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = read_json(path)
-        if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-            raise ReadError(path, "not a Chrome trace (no traceEvents list)")
+        trace = load_trace(path)
         try:
             summary = summarise(trace, path)
         except (ReadError, MemoryError):
@@ -70,17 +69,18 @@ def summarise_file(path: Path) -> TraceSummary:
         except Exception as exc:  # a malformed trace is a named problem, never a crash
             raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
         try:
-            summary.analysis = analyse_events(trace["traceEvents"], summary.cpu_ops, summary.steps)
+            summary.analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
         except Exception as exc:  # the verdict is lost, the rest of the file is still reported
             summary.analysis = {"problems": [f"no GPU breakdown or verdict ({type(exc).__name__}: "
                                              f"{exc})"]}
+        del trace  # freed while the collector is paused: it has nothing to walk afterwards
         return summary
 
 
-def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
-    """Summarises a parsed Chrome trace (see the module docstring for the definitions)."""
-    meta = _block(trace, "profcallbacks")
-    dist = _block(trace, "distributedInfo")
+def summarise(trace: Trace, path: Path) -> TraceSummary:
+    """Summarises a decoded Chrome trace (see the module docstring for the definitions)."""
+    meta = _block(trace.profcallbacks)
+    dist = _block(trace.distributedInfo)
     worker = path.name.split(".")[0]
     match = _WORKER_RANK.match(worker)
     rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
@@ -94,26 +94,32 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
     gpu: list[Interval] = []
     step_events: list[tuple[float, float, str, bool]] = []
     gpu_ops = summary.gpu_ops
-    for event in trace["traceEvents"]:
+    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
+    for event in events:
         try:
-            if event.get("ph") != "X":
+            if event.ph != "X":
                 continue
-            cat = event.get("cat")
+            cat = event.cat
             if cat != "cpu_op" and cat not in GPU_CATS and cat != "user_annotation":
                 continue
-            ts, dur, name = float(event["ts"]), float(event.get("dur", 0.0)), event.get("name", "")
+            ts, dur, name = event.ts, event.dur, event.name
+            if ts is MISSING:
+                raise KeyError("ts")
+            ts, dur = float(ts), 0.0 if dur is MISSING else float(dur)
             if not (-_MAX_US < ts < _MAX_US and 0.0 <= dur < _MAX_US):  # NaN fails too
-                raise ValueError(f"ts={event['ts']!r}, dur={event.get('dur', 0.0)!r} out of range")
+                raise ValueError(f"ts={event.ts!r}, dur={event.dur!r} out of range")
         except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
             if not summary.bad_events:
                 summary.bad_example = (f"{type(exc).__name__}: {str(exc)[:80]}"
-                                       if isinstance(event, dict) else
+                                       if isinstance(event, Event) else
                                        f"{str(event)[:40]!r} is not a JSON object")
             summary.bad_events += 1
             continue
-        name = name if isinstance(name, str) else str(name)
+        if type(name) is not str:
+            name = "" if name is MISSING else str(name)
         if cat == "cpu_op":
-            key = (_key(event.get("pid")), _key(event.get("tid")))
+            pid, tid = event.pid, event.tid
+            key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
             item = (ts, dur, name)
             if key in threads:
                 threads[key].append(item)
@@ -128,8 +134,8 @@ def summarise(trace: dict[str, Any], path: Path) -> TraceSummary:
                 row[0] += 1
                 row[1] += dur
         elif name.startswith(_STEP_PREFIX):
-            args = event.get("args")
-            ours = isinstance(args, dict) and bool(args.get("profcallbacks"))
+            args = event.args
+            ours = isinstance(args, Args) and bool(args.profcallbacks)
             step_events.append((ts, dur, name, ours))
 
     compute, data = _self_times(threads, summary.cpu_ops)
@@ -230,8 +236,7 @@ def _covered(merged: list[Interval], start: float, end: float) -> float:
     return total
 
 
-def _block(trace: dict[str, Any], key: str) -> dict[str, Any]:
-    value = trace.get(key)
+def _block(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -244,4 +249,6 @@ def _step_number(name: str) -> int:
 
 def _key(value: Any) -> Any:
     """A pid or tid usable as a dict key (a list or object from a hostile trace is not)."""
+    if value is MISSING:  # as for null
+        value = None
     return value if isinstance(value, (int, str)) else str(value)

@@ -1,0 +1,132 @@
+"""A trace's events as slim records holding only the fields the report reads.
+
+Parsing a 110 MB trace into dicts makes ~10 million objects, most of them the ``args`` of CPU
+operators (shapes, strides, concrete inputs) that the report never looks at; building and freeing
+them took longer than all of the analysis. With msgspec installed (``pip install
+'profcallbacks[report]'``) the JSON is decoded straight into ``Event`` records, skipping every
+other field: 4x faster to parse (0.26 s against orjson's 0.95 s here) and 8x faster to free.
+Without it, or for a trace msgspec refuses, the file is parsed into dicts (orjson or json) and
+converted record by record, so both ways give the same records.
+
+A missing field is ``MISSING`` (not ``None``: a ``"dur": null`` is a fault, a missing ``dur`` is
+not); an event that is not a JSON object stays what it was (a number, string, list or ``None``),
+and so does ``args`` that is not an object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.report.reading import ReadError, parse_json, read_bytes
+
+try:
+    import msgspec
+
+    MISSING: Any = msgspec.UNSET
+    """The value of a field the event does not have."""
+
+    class Args(msgspec.Struct, gc=False):
+        """The ``args`` keys the report reads."""
+
+        stream: Any = -1
+        correlation: Any = -1
+        profcallbacks: Any = None
+
+    class Event(msgspec.Struct, gc=False):
+        """One trace event: the fields the report reads (``MISSING`` when absent)."""
+
+        ph: Any = MISSING
+        cat: Any = MISSING
+        name: Any = MISSING
+        pid: Any = MISSING
+        tid: Any = MISSING
+        ts: Any = MISSING
+        dur: Any = MISSING
+        args: Args | list[Any] | str | int | float | bool | None | msgspec.UnsetType = MISSING
+
+    class Trace(msgspec.Struct, gc=False):
+        """A Chrome trace: its events and the two blocks the report reads."""
+
+        traceEvents: list[Event | list[Any] | str | int | float | bool | None]
+        profcallbacks: Any = None
+        distributedInfo: Any = None
+
+    _decoder: Any = msgspec.json.Decoder(Trace)
+    _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
+    DECODER = "msgspec"
+except ImportError:  # pragma: no cover - exercised where msgspec is absent
+    _decoder = None
+    _DECODE_ERRORS = ()
+    DECODER = "dicts"
+    MISSING = type("Missing", (), {"__slots__": (), "__repr__": lambda self: "MISSING"})()
+
+    class Args:  # type: ignore[no-redef]
+        """The ``args`` keys the report reads."""
+
+        __slots__ = ("stream", "correlation", "profcallbacks")
+
+        def __init__(self, stream: Any = -1, correlation: Any = -1, profcallbacks: Any = None) -> None:
+            self.stream, self.correlation, self.profcallbacks = stream, correlation, profcallbacks
+
+    class Event:  # type: ignore[no-redef]
+        """One trace event: the fields the report reads (``MISSING`` when absent)."""
+
+        __slots__ = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+
+        def __init__(self, ph: Any = MISSING, cat: Any = MISSING, name: Any = MISSING,
+                     pid: Any = MISSING, tid: Any = MISSING, ts: Any = MISSING, dur: Any = MISSING,
+                     args: Any = MISSING) -> None:
+            self.ph, self.cat, self.name, self.pid = ph, cat, name, pid
+            self.tid, self.ts, self.dur, self.args = tid, ts, dur, args
+
+    class Trace:  # type: ignore[no-redef]
+        """A Chrome trace: its events and the two blocks the report reads."""
+
+        __slots__ = ("traceEvents", "profcallbacks", "distributedInfo")
+
+        def __init__(self, traceEvents: list[Any], profcallbacks: Any = None,  # noqa: N803
+                     distributedInfo: Any = None) -> None:  # noqa: N803
+            self.traceEvents, self.profcallbacks = traceEvents, profcallbacks
+            self.distributedInfo = distributedInfo
+
+_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+
+
+def _event(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    event = Event(**{k: value[k] for k in _FIELDS if k in value})
+    args = value.get("args", MISSING)
+    if isinstance(args, dict):
+        args = Args(stream=args.get("stream", -1), correlation=args.get("correlation", -1),
+                    profcallbacks=args.get("profcallbacks"))
+    event.args = args
+    return event
+
+
+def slim(trace: Any, path: Path) -> Trace:
+    """The ``Trace`` of a trace parsed into dicts (e.g. by ``read_json``).
+
+    Raises:
+        ReadError: ``trace`` is not a Chrome trace (no ``traceEvents`` list).
+    """
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ReadError(path, "not a Chrome trace (no traceEvents list)")
+    return Trace(traceEvents=[_event(e) for e in trace["traceEvents"]],
+                 profcallbacks=trace.get("profcallbacks"), distributedInfo=trace.get("distributedInfo"))
+
+
+def load_trace(path: Path) -> Trace:
+    """Reads ``path`` (gzipped or not) into a ``Trace``.
+
+    Raises:
+        ReadError: The file cannot be read or is not a Chrome trace.
+    """
+    data = read_bytes(path)
+    if _decoder is not None:
+        try:
+            return _decoder.decode(data)
+        except _DECODE_ERRORS:  # not a trace, or something msgspec refuses: the dict path says why
+            pass
+    return slim(parse_json(path, data), path)

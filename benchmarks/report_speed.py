@@ -7,8 +7,10 @@ default) CUDA runtime launches, GPU kernels and their flow events. Nothing is co
 is written to a temporary directory and removed.
 
 Then, side by side in one process:
-- gunzip + parse with the standard library's ``json`` and with ``orjson``;
-- ``profcallbacks report`` (read, summarise, render text and JSON) on the log directory;
+- gunzip + parse with the standard library's ``json``, with ``orjson``, and with ``msgspec`` into
+  the report's slim records (report/decode.py);
+- ``profcallbacks report`` (read, summarise, render text and JSON) on the log directory, and again
+  without msgspec (``--no-msgspec``: the dict fallback) when asked;
 - ``hta.trace_analysis.TraceAnalysis(trace_dir=...)`` on the capture directory (load only).
 
 Run:  python benchmarks/report_speed.py [--mb 110] [--cpu-only] [--hta-python hta-venv/bin/python]
@@ -162,12 +164,14 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=110.0, help="uncompressed trace size (MB)")
     parser.add_argument("--cpu-only", action="store_true", help="no GPU kernels in the trace")
     parser.add_argument("--keep", type=Path, help="write the log directory here and keep it")
+    parser.add_argument("--no-msgspec", action="store_true",
+                        help="also time the report on its fallback path (orjson dicts, then records)")
     parser.add_argument("--hta-python", type=Path,
                         help="python of a venv with holistictraceanalysis==0.5.0 (HTA pins its own "
                              "pandas; keep it outside the repo), timed in a subprocess")
     args = parser.parse_args()
 
-    from profcallbacks.report import build_report, locate_run, render_text
+    from profcallbacks.report import build_report, decode, locate_run, render_text
     from profcallbacks.report.reading import PARSER, gc_paused, read_bytes
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="profcallbacks-bench-"))
@@ -189,9 +193,12 @@ def main() -> None:
             with gc_paused():
                 t_nogc, _ = _timed(lambda loads=loads: loads(data))
             line.append(f"{name} {t_gc:.2f} s ({t_nogc:.2f} s with gc paused)")
+        if decode.DECODER == "msgspec":
+            t_slim, _ = _timed(lambda: decode._decoder.decode(data))
+            line.append(f"msgspec into slim records {t_slim:.2f} s")
         data = bytearray()
-        print(f"gunzip {t_gunzip:.2f} s; parse: " + ", ".join(line) + f"; report uses {PARSER} "
-              "with gc paused")
+        print(f"gunzip {t_gunzip:.2f} s; parse: " + ", ".join(line) + "; report uses "
+              + ("msgspec records" if decode.DECODER == "msgspec" else f"{PARSER} with gc paused"))
 
         def report() -> dict[str, Any]:
             rep = build_report(locate_run(root))
@@ -203,6 +210,11 @@ def main() -> None:
         bd = rep["breakdown"]
         print(f"profcallbacks report: {t_report:.2f} s ({bd['steps']} steps, top op "
               f"{rep['top_operators']['cpu'][0]['name']})")
+        if args.no_msgspec and decode.DECODER == "msgspec":
+            slim_decoder, decode._decoder = decode._decoder, None
+            t_dicts, _ = _timed(report)
+            decode._decoder = slim_decoder
+            print(f"profcallbacks report without msgspec ({PARSER} dicts, then records): {t_dicts:.2f} s")
         verdict = rep["verdict"] or {}
         print(f"verdict: {verdict.get('kind')} ({verdict.get('share', 0):.0%}); GPU breakdown "
               f"{rep['captures'][0]['files'][0]['gpu_breakdown']}")

@@ -90,19 +90,15 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
             self.traceEvents, self.profcallbacks = traceEvents, profcallbacks
             self.distributedInfo = distributedInfo
 
-_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
-
-
 def _event(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
-    event = Event(**{k: value[k] for k in _FIELDS if k in value})
-    args = value.get("args", MISSING)
+    get = value.get
+    args = get("args", MISSING)
     if isinstance(args, dict):
-        args = Args(stream=args.get("stream", -1), correlation=args.get("correlation", -1),
-                    profcallbacks=args.get("profcallbacks"))
-    event.args = args
-    return event
+        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("profcallbacks"))
+    return Event(get("ph", MISSING), get("cat", MISSING), get("name", MISSING), get("pid", MISSING),
+                 get("tid", MISSING), get("ts", MISSING), get("dur", MISSING), args)
 
 
 def slim(trace: Any, path: Path) -> Trace:

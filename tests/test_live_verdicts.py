@@ -108,10 +108,12 @@ DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_s
 
 
 def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float, slower_delay_s: float = 0.0,
-                   slow_steps: int = 40) -> Iterator[torch.Tensor]:
+                   slow_steps: int = 400) -> Iterator[torch.Tensor]:
     """Batches ``delay_s`` late until the baseline capture is published (10 steps later: its
     profile must be in the writer's history before the slowdown capture is analysed), then
-    ``slow_steps`` batches ``slower_delay_s`` late; ``switch["step"]`` is the first slow step."""
+    up to ``slow_steps`` batches ``slower_delay_s`` late, until the slowdown capture is published
+    (detectors run once per block, so the alert can come a block late); ``switch["step"]`` is the
+    first slow step."""
     x = torch.randn(64, 256)
     step, deadline = 0, time.monotonic() + 60
     while switch.get("step") is None and time.monotonic() < deadline:
@@ -121,9 +123,11 @@ def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float, slower_delay
         time.sleep(delay_s)
         step += 1
         yield x
-    for _ in range(slow_steps):
+    for _ in range(slow_steps):  # until the slowdown is captured and its export is under way
         time.sleep(slower_delay_s or delay_s)
         yield x
+        if any(p.name.endswith("-slowdown") for p in tmp_path.iterdir()):
+            break
 
 
 def slowdown_run(tmp_path: Path, *, extra_mm: bool = False,

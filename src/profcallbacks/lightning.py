@@ -139,7 +139,7 @@ class ProfilerCallback(Callback):
             config, self.logdir, rank=rank, on_finding=self._on_finding,
             detectors=default_detectors(config, rank),
             metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
-            start_step=trainer.global_step)
+            start_step=trainer.global_step, log_findings=trainer.is_global_zero)
         self.session.restore(captures_started=self._captures_started)
         for steps, trigger in self._pending_captures:
             self.session.request_capture(steps, trigger)

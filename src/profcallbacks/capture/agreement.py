@@ -11,7 +11,8 @@ from profcallbacks.capture.planner import CaptureRequest
 
 log = logging.getLogger(__name__)
 
-TRIGGER_CODES = {"manual": 1, "file": 2, "slowdown": 3}
+TRIGGER_CODES = {"manual": 1, "file": 2, "slowdown": 3, "baseline": 4, "memory": 5, "validation": 6}
+"""Every trigger a request can carry across ranks (an unknown code falls back to manual)."""
 _TRIGGERS = {code: name for name, code in TRIGGER_CODES.items()}
 
 

@@ -236,7 +236,8 @@ class CaptureController:
             log.warning("profcallbacks: the last capture could not be exported (%s).", exc)
         finally:  # also after a Ctrl-C held during the stop: what was recorded is published
             if self._exporter is not None:
-                self._exporter.close(timeout_s=10.0 if failed else 120.0)
+                self._exporter.close(timeout_s=10.0 if failed else 120.0, publish_timeout_s=(
+                    0.0 if failed else None))
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ class CaptureWriter:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
-        self._publish_timeout_s = publish_timeout_s
+        self.publish_timeout_s = publish_timeout_s
         self.on_published = on_published
         self._waiting: set[str] = set()
         self._history: list[Any] = []  # the hook's own record of earlier captures
@@ -81,7 +81,7 @@ class CaptureWriter:
 
     def close(self) -> None:
         """Publish captures still waiting for other ranks (after a bounded wait)."""
-        deadline = time.monotonic() + self._publish_timeout_s
+        deadline = time.monotonic() + self.publish_timeout_s
         while self._waiting and time.monotonic() < deadline:
             for name in list(self._waiting):
                 self._publish(name, force=False)
@@ -94,11 +94,8 @@ class CaptureWriter:
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
         stage = self._staging / info.name
-        try:
-            with open(raw, encoding="utf-8") as f:
-                trace = json.load(f)
-        finally:
-            raw.unlink(missing_ok=True)
+        with open(raw, encoding="utf-8") as f:
+            trace = json.load(f)
         trace = postprocess(trace, info)
         name = trace_file_name(info.rank.worker, info.first_step)
         writing = stage / f".{name}.writing"
@@ -108,6 +105,7 @@ class CaptureWriter:
             os.replace(writing, stage / (name + _READY))
         finally:
             writing.unlink(missing_ok=True)
+        raw.unlink(missing_ok=True)  # only now: until here a killed writer leaves it to rescue
         self._written[info.name] = (name, info)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
@@ -125,8 +123,10 @@ class CaptureWriter:
     def _try_publish(self, name: str, *, force: bool) -> None:
         stage = self._staging / name
         ready = sorted(stage.glob("*" + _READY)) if stage.is_dir() else []
-        if not stage.is_dir():  # another rank published it
-            self._published(name, self._logdir / name)
+        if not stage.is_dir():  # another rank published it (maybe as name-2: a restarted run)
+            written = self._written.get(name)
+            file = written[0] if written else ""
+            self._published(name, published_dir(self._logdir, name, file))
             return
         if len(ready) < self._tracing_ranks and not force:
             return
@@ -203,8 +203,13 @@ def publish_stage(logdir: Path, name: str) -> Path | None:
         (stage / ".publishing").mkdir()
     except (FileExistsError, FileNotFoundError):
         return None  # another rank is publishing (or just has)
-    for path in ready:
-        os.replace(path, stage / path.name[: -len(_READY)])
+    try:
+        for path in ready:
+            os.replace(path, stage / path.name[: -len(_READY)])
+    except OSError:  # e.g. read-only now: leave no lock behind, a later try starts over
+        with contextlib.suppress(OSError):
+            (stage / ".publishing").rmdir()
+        raise
     files = [path.name[: -len(_READY)] for path in ready]
     final = free_capture_dir(logdir, name, files)
     try:
@@ -220,6 +225,16 @@ def publish_stage(logdir: Path, name: str) -> Path | None:
     else:
         (final / ".publishing").rmdir()
     return final
+
+
+def published_dir(logdir: Path, name: str, file: str) -> Path:
+    """The directory of capture ``name`` that holds ``file`` (``name``, ``name-2`` ...)."""
+    number = 1
+    while True:
+        final = logdir / numbered_capture_dir(name, number)
+        if not final.exists() or (file and (final / file).exists()):
+            return final if final.exists() or number == 1 else logdir / name
+        number += 1
 
 
 def free_capture_dir(logdir: Path, name: str, files: list[str]) -> Path:

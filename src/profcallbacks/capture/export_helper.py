@@ -37,7 +37,7 @@ CLOSE_BYTES_PER_S = 2e6
 Message = tuple[Any, ...]
 
 _BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
-         "sys.modules['profcallbacks'] = m; "  # the package's __init__ would import torch
+         "sys.modules['profcallbacks'] = m; "  # this very package, wherever the child's sys.path points
          "from profcallbacks.capture.export_helper import main; main()")
 
 
@@ -62,7 +62,9 @@ class TraceExporter:
         self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
+        self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
         self._jobs: dict[str, tuple[CaptureInfo, int]] = {}  # name -> info, raw bytes
+        self._orphans: list[CaptureInfo] = []  # sent to a helper that died
         self._findings: list[Finding] = []
         self.exported: list[Path] = []
         self.failures = 0
@@ -78,7 +80,17 @@ class TraceExporter:
         return self._channel is not None and self._channel.in_process
 
     def prepare(self) -> None:
-        """Start the helper now (a window begins), not when its first export is due."""
+        """Start the helper now (a window begins), not when its first export is due.
+
+        A helper that died (killed, out of memory) is replaced; the traces it never wrote are
+        published raw as ``-partial`` at close.
+        """
+        if self._channel is not None and self._channel.gone:
+            log.warning("profcallbacks: the export helper stopped; a new one is started.")
+            with self._lock:
+                self._orphans += [info for info, _ in self._jobs.values()]
+                self._jobs.clear()
+            self._channel = None
         if self._channel is None:
             self._channel = _start_channel(self._on_message)
             self._channel.send(self._config)
@@ -100,37 +112,52 @@ class TraceExporter:
             return
         self.prepare()
         assert self._channel is not None
-        self._jobs[info.name] = (info, size)
+        with self._lock:
+            self._jobs[info.name] = (info, size)
         self._channel.send(("export", str(raw), info))
 
     def take_findings(self) -> list[Finding]:
         """Findings about published captures since the last call (for the training thread)."""
         if not self._findings:
             return []
-        findings, self._findings = self._findings, []
+        with self._lock:
+            findings, self._findings = self._findings, []
         return findings
 
-    def close(self, timeout_s: float = 120.0) -> None:
+    def close(self, timeout_s: float = 120.0, publish_timeout_s: float | None = None) -> None:
         """Finish the exports: wait ``timeout_s`` plus time for the queued trace bytes.
 
         A helper that does not finish in time is stopped, and each trace it did not write is
         published raw (not post-processed, not compressed) in a ``-partial`` directory.
+        ``publish_timeout_s`` overrides how long to wait for other ranks' files (0 after a
+        failure: publish what is there at once).
         """
+        if publish_timeout_s is not None:
+            self._publish_timeout_s = publish_timeout_s
         channel, self._channel = self._channel, None
         if channel is None:
             return
-        queued = sum(size for _, size in self._jobs.values())
+        with self._lock:
+            queued = sum(size for _, size in self._jobs.values())
         limit = timeout_s + self._publish_timeout_s + queued / CLOSE_BYTES_PER_S
-        channel.send(("close",))
+        channel.send(("close", self._publish_timeout_s))
         if not channel.wait(limit):
             log.warning("profcallbacks: trace export still running after %.0f s; it is stopped "
                         "and unfinished captures are published raw as -partial.", limit)
             channel.kill()
-        for info, _ in list(self._jobs.values()):
-            rescued = rescue_raw(self._logdir, info)
+        with self._lock:
+            unwritten = self._orphans + [info for info, _ in self._jobs.values()]
+            self._jobs.clear()
+            self._orphans = []
+        for info in unwritten:
+            try:
+                rescued = rescue_raw(self._logdir, info)
+            except OSError as exc:  # e.g. the disk is full: the run still ends cleanly
+                log.warning("profcallbacks: could not publish the raw trace of %s (%s).",
+                            info.name, describe_error(exc, self._logdir))
+                continue
             if rescued is not None:
                 self.exported.append(rescued)
-        self._jobs.clear()
 
     def _on_message(self, message: Message) -> None:
         """A message from the helper (on the channel's reader thread)."""
@@ -138,11 +165,12 @@ class TraceExporter:
         if kind == "log":
             log.log(message[1], "%s", message[2])
         elif kind in ("done", "closed"):
-            self.exported.extend(Path(p) for p in message[1])
-            self._findings = self._findings + list(message[2])
-            self.failures += message[3]
-            if kind == "done":
-                self._jobs.pop(message[4], None)
+            with self._lock:
+                self.exported.extend(Path(p) for p in message[1])
+                self._findings = self._findings + list(message[2])
+                self.failures += message[3]
+                if kind == "done":
+                    self._jobs.pop(message[4], None)
 
 
 class _Channel:
@@ -157,15 +185,20 @@ class _Channel:
 
     def start_process(self) -> None:
         package = str(Path(__file__).resolve().parent.parent)
-        self._process = subprocess.Popen(
+        self._process = subprocess.Popen(  # its own session: Ctrl-C stops training, not it
             [sys.executable, "-c", _BOOT, package], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, close_fds=True)
+            stdout=subprocess.PIPE, close_fds=True, start_new_session=True)
         threading.Thread(target=self._read, name="profcallbacks-export-reader",
                          daemon=True).start()
 
     @property
     def in_process(self) -> bool:
         return self._process is None
+
+    @property
+    def gone(self) -> bool:
+        """The helper ended before it was asked to (its pipe broke, or it exited)."""
+        return self._done.is_set()
 
     def start_thread(self) -> None:
         threading.Thread(target=self._serve_here, name="profcallbacks-export", daemon=True).start()
@@ -264,6 +297,8 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
             writer.export(Path(message[1]), info)
             report("done", info.name)
         elif kind == "close":
+            if writer is not None and len(message) > 1:
+                writer.publish_timeout_s = message[1]
             break
     if writer is not None:  # closed, or the training process is gone: publish what is here
         writer.close()

@@ -93,11 +93,6 @@ class RecoveringAppender:
         self._failures = 0
         self._next_try = float("-inf")
 
-    @property
-    def failing(self) -> bool:
-        """The last write failed; records wait in memory."""
-        return self._failures > 0
-
     def append(self, record: bytes, *, flush: bool = True) -> None:
         """Queue ``record`` and write everything queued now (or, while failing, when a retry is due)."""
         self._pending.append(record)

@@ -155,13 +155,14 @@ def _age_s(path: Path) -> float:
 
 
 def _stale(holder: dict[str, Any], age_s: float) -> bool:
-    if age_s > STALE_S:
-        return True
+    """A marker whose run is gone: its process is dead on this host, or (another host, which
+    cannot be asked) it has not been refreshed for ``STALE_S``. A live process on this host is
+    never stale, also when stopped for a while (Ctrl-Z) and not refreshing."""
     if not holder:  # empty or unreadable: a run killed while writing it, unless just created
         return age_s > 2.0
     pid = holder.get("pid")
     if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
+        return age_s > STALE_S
     if pid == os.getpid():
         return False
     try:

@@ -103,7 +103,11 @@ class MemoryMonitor:
             self._capture_name = capture.window.dir_name()
             self._capture_step = capture.window.first_active
             self._start_cuda_history()
-            self._spy = MemorySiteSpy().__enter__()
+            try:
+                self._spy = MemorySiteSpy().__enter__()
+            except Exception:
+                self._stop_cuda_history()  # never left recording for the rest of the run
+                raise
         elif self._spy is not None and not recording:
             self._stop_spy()
             self._due = step + self.config.hold_steps

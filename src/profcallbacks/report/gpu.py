@@ -27,10 +27,10 @@ import bisect
 import math
 import re
 import statistics
-from collections.abc import Iterable
 from typing import Any
 
 from profcallbacks.report.events import Row, Scan
+from profcallbacks.report.intervals import merge
 
 _COMM = re.compile(r"^nccl.*Kernel")
 _MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -57,25 +57,6 @@ def kernel_type(name: str) -> str:
     if not _NOT_COMPUTE.match(name):
         return "compute"
     return "other"
-
-
-def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted, disjoint union of ``(start, end)`` intervals (empty ones dropped).
-
-    Example:
-        >>> merge([(5, 7), (0, 2), (1, 3)])
-        [(0, 3), (5, 7)]
-    """
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if end < start:
-            continue
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
-    return out
 
 
 def total(merged: list[tuple[float, float]]) -> float:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from profcallbacks.report.events import Scan, op_intervals
-from profcallbacks.report.gpu import clip, merge, total
+from profcallbacks.report.gpu import clip, total
+from profcallbacks.report.intervals import merge, subtract
 
 
 def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int = 3) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         merged["data_wait_ms"] = data
         if ops is None:
             ops = op_intervals(found)[0]
-        merged["cpu_ops_ms"] = _subtract(merge(ops), data)
+        merged["cpu_ops_ms"] = subtract(merge(ops), data)
     per_step = []
     for start, end, number in ranges:
         row: dict[str, Any] = {"step": number, "start_us": start, "end_us": end,
@@ -77,24 +78,6 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         "top_syncs": [{"name": k, "calls": int(v[0]), "ms": v[1]}
                       for k, v in sorted(by_call.items(), key=lambda kv: -kv[1][1])[:top]],
     }
-
-
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
-    out: list[tuple[float, float]] = []
-    j = 0
-    for start, end in a:
-        while j < len(b) and b[j][1] <= start:
-            j += 1
-        cur, k = start, j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < end:
-            out.append((cur, end))
-    return out
 
 
 def _number(name: str) -> int:

@@ -6,6 +6,8 @@ training thread, where the session emits them.
 
 from __future__ import annotations
 
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,10 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
         ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
         ``slowdown_diagnosis`` (warning): what grew per step, largest first.
     """
-    with gc_paused():
+    # The collector is paused (3x faster parsing) only on a main thread: in the helper process.
+    # On the thread fallback it would pause the training process's collector.
+    paused = gc_paused() if threading.current_thread() is threading.main_thread() else nullcontext()
+    with paused:
         if isinstance(trace_file, dict):
             trace = slim(trace_file, Path(info.name))
         else:
@@ -65,7 +70,7 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
             {"capture": info.name, **verdict}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
-    if info.trigger in UNHEALTHY_TRIGGERS and healthy and profile["metrics"]:
+    if info.trigger == "slowdown" and healthy and profile["metrics"]:
         before = healthy[-1]
         changes = diagnose(before, profile)
         if changes:

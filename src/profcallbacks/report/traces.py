@@ -15,7 +15,6 @@ on the same thread, as in ``torch.profiler``'s ``key_averages()``.
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.analysis import analyse_events
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
+from profcallbacks.report.intervals import covered, merge, subtract
 from profcallbacks.report.reading import ReadError, gc_paused
 from profcallbacks.report.reading import as_int as _int
 
@@ -139,22 +139,22 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             step_events.append((ts, dur, name, ours))
 
     compute, data = _self_times(threads, summary.cpu_ops)
-    data_merged = _merge(data)
-    compute_merged = _subtract(_merge(compute), data_merged)
-    gpu_merged = _merge(gpu) if gpu else None
+    data_merged = merge(data)
+    compute_merged = subtract(merge(compute), data_merged)
+    gpu_merged = merge(gpu) if gpu else None
     if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
         step_events = [e for e in step_events if e[3]]
     for ts, dur, name, _ in sorted(step_events):
         end = ts + dur
-        data_us = _covered(data_merged, ts, end)
-        compute_us = _covered(compute_merged, ts, end)
+        data_us = covered(data_merged, ts, end)
+        compute_us = covered(compute_merged, ts, end)
         summary.steps.append({
             "step": _step_number(name),
             "step_ms": dur / 1e3,
             "data_wait_ms": data_us / 1e3,
             "compute_ms": compute_us / 1e3,
             "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
-            "gpu_kernel_ms": None if gpu_merged is None else _covered(gpu_merged, ts, end) / 1e3,
+            "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
         })
     for row in summary.cpu_ops.values():
         row[1] /= 1e3
@@ -193,47 +193,6 @@ def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
                 row[1] += dur - child[i]
                 row[2] += dur
     return compute, data
-
-
-def _merge(intervals: list[Interval]) -> list[Interval]:
-    merged: list[Interval] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
-    out: list[Interval] = []
-    j = 0
-    for start, end in a:
-        while j < len(b) and b[j][1] <= start:
-            j += 1
-        k = j
-        cur = start
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < end:
-            out.append((cur, end))
-    return out
-
-
-def _covered(merged: list[Interval], start: float, end: float) -> float:
-    """Length of ``[start, end]`` covered by sorted, disjoint ``merged`` intervals."""
-    total = 0.0
-    i = max(bisect.bisect_right(merged, (start, float("inf"))) - 1, 0)
-    while i < len(merged) and merged[i][0] < end:
-        s, e = merged[i]
-        total += max(0.0, min(e, end) - max(s, start))
-        i += 1
-    return total
 
 
 def _block(value: Any) -> dict[str, Any]:

@@ -25,7 +25,8 @@ class StepRecord(NamedTuple):
         step_time_s: Wall time of the step in seconds, data wait included, pauses excluded.
         data_wait_s: Seconds spent waiting for the step's batches.
         captured: The step ran with a profiler attached (warmup or active), under the sync
-            audit, or while a capture was being exported: its time is not the job's own.
+            audit, or while a capture was exported on a thread of this process (the fallback when no
+            helper process could start): its time is not the job's own.
         after_pause: The step followed a pause (validation, checkpoint) or the start of training.
 
     A ``NamedTuple`` rather than a dataclass: one is made per step, and this is the cheapest.

@@ -2,14 +2,14 @@
 
 How many steps a comparison needs. Step times on shared machines wander by 1.3-1.5x for stretches of
 milliseconds to seconds (DESIGN.md, field notes), so one step says little. The steps files keep one
-summary per ``log_every_n_steps`` steps with each healthy step's time, and the run's median is
-exact over those steps. With a step-to-step spread (coefficient of variation) of about 0.3, the median of n steps has
-a standard error of about 1.25 * 0.3 / sqrt(n): 3.8% at n = 100, 2.7% at n = 200. Two runs compared
-add their errors (sqrt 2): about 5% at 100 steps each, so a 10% threshold is two standard errors
-there and a 5% threshold needs about 400 steps per run. Hence the gate refuses (exit 2) below
-``DEFAULT_MIN_STEPS`` steps or ``MIN_SUMMARIES`` step summaries per run, and reports its own estimate
-of the noise (``gate["noise"]``, from the spread of the summaries' medians) so a threshold below two
-standard errors is called out on the verdict line.
+summary per ``log_every_n_steps`` steps with each healthy step's time, and the run's median is exact
+over those steps. With a step-to-step spread (coefficient of variation) of about 0.3, the median of
+n steps has a standard error of about 1.25 * 0.3 / sqrt(n): 3.8% at n = 100, 2.7% at n = 200. Two
+runs compared add their errors (sqrt 2): about 5% at 100 steps each, so a 10% threshold is two
+standard errors there and a 5% threshold needs about 400 steps per run. Hence the gate refuses (exit
+2) below ``DEFAULT_MIN_STEPS`` steps or ``MIN_SUMMARIES`` step summaries per run, and reports its
+own estimate of the noise (``gate["noise"]``, from the spread of the summaries' medians) so a
+threshold below two standard errors is called out on the verdict line.
 """
 
 from __future__ import annotations

@@ -6,30 +6,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from profcallbacks import Schedule, StepProfiler
 
-
-class Samples(Dataset):
-    """Random samples that each take ``delay_s`` to load (a slow decoder: a dataloader stall)."""
-
-    def __init__(self, size: int, delay_s: float) -> None:
-        self.x = torch.randn(size, 16, generator=torch.Generator().manual_seed(0))
-        self.delay_s = delay_s
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return self.x[index]
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script: the tests' helpers
+from report_runs import SlowDataset as Samples  # noqa: E402  (a slow decoder: a stall)
 
 
 def train(logdir: Path, *, steps: int, sleep_s: float, delay_s: float, log_every: int) -> None:

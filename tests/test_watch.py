@@ -254,3 +254,23 @@ def test_watch_in_tmux_while_a_job_trains(tmp_path: Path) -> None:
             trainer.terminate()
             trainer.wait(timeout=30)
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+
+
+def test_a_rewritten_findings_file_is_not_counted_twice(tmp_path: Path) -> None:
+    from profcallbacks.watch.state import LogdirState
+
+    meta = tmp_path / META_DIR
+    meta.mkdir()
+    findings = meta / "rank0.findings.jsonl"
+
+    def finding(step: int) -> str:
+        return json.dumps({"kind": "dataloader_stall", "step": step, "rank": 0,
+                           "severity": "warning", "message": f"stall at {step}", "details": {}}) + "\n"
+
+    findings.write_text(finding(10) + finding(20))
+    state = LogdirState(tmp_path)
+    state.poll()
+    assert state.findings_total == 2
+    findings.write_text(finding(10))  # truncated and rewritten (e.g. a restarted run)
+    state.poll()
+    assert state.findings_total == 1 and [f["step"] for f in state.findings] == [10]

@@ -104,6 +104,7 @@ class LogdirState:
         self.captures: dict[str, CaptureView] = {}
         self.findings: deque[dict[str, Any]] = deque(maxlen=MAX_FINDINGS)
         self.findings_total = 0
+        self._findings_per_rank: dict[int, int] = {}
         self.exporting = False
         self.bad_lines = 0
         self._tails: dict[Path, tuple[JsonlTail, int, str]] = {}
@@ -136,6 +137,8 @@ class LogdirState:
                 changed = True
                 if what == "steps":
                     self.ranks.pop(rank, None)
+                else:  # the file is read again from its start: forget what it gave before
+                    self._drop_findings(rank)
             for row in batch.rows:
                 changed = True
                 if what == "steps":
@@ -213,9 +216,17 @@ class LogdirState:
         if name in self.captures:
             self.captures[name].verdict = verdict
 
+    def _drop_findings(self, rank: int) -> None:
+        kept = [row for row in self.findings if row.get("rank") != rank]
+        self.findings = deque(kept, maxlen=MAX_FINDINGS)
+        self.findings_total -= self._findings_per_rank.pop(rank, 0)
+
     def _add_finding(self, row: dict[str, Any]) -> None:
         self.findings.append(row)
         self.findings_total += 1
+        rank = row.get("rank")
+        if isinstance(rank, int):
+            self._findings_per_rank[rank] = self._findings_per_rank.get(rank, 0) + 1
         if row.get("kind") == CAPTURE_VERDICT:
             found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
             if found is not None:

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
@@ -30,6 +31,7 @@ Clock = Callable[[], float]
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
 BLOCK_STEPS = 16
 """Most steps in a block: detectors, summaries and triggers run once per block."""
+_finding_step = attrgetter("step")
 BLOCK_S = 0.25
 """Target seconds per block: blocks of slow steps are shorter (at least one step)."""
 
@@ -324,29 +326,38 @@ class ProfilingSession:
         if capture is not None and capture.recording:  # blocks are one step long in windows
             capture.add_span(self._first, self._block_start_ns, wall_ns())
         audited = self._stop_audit(cancel=False) if self._auditing else None
-        ends, waits, first, captured = self._ends, self._waits, self._first, self._block_captured
-        records = [StepRecord(first + k - 1, ends[k] - ends[k - 1], waits[k], captured, False)
-                   for k in range(1, n + 1)]
-        if self._block_after_pause:
-            records[0] = records[0]._replace(after_pause=True)
+        ends, first, captured = self._ends, self._first, self._block_captured
+        after_pause = self._block_after_pause
+        times = list(map(sub, ends[1:n + 1], ends[:n]))  # one list per block, no object per step
+        waits = self._waits[1:n + 1]
         self._first = first + n
         self._n = 0
         self._block_len = _next_block_len(ends[n] - ends[0], n)
         publisher = self._publisher
-        for summary in self._times.add_block(records):
+        for summary in self._times.add_block(first, times, waits, captured):
             if publisher is not None:  # at the clock time its last step ended
                 k = summary.last_step - first + 1
                 self._publish(summary, ends[k] if 0 < k <= n else now)
-        detectors = self._detectors
-        for record in records:
-            for detector in list(detectors):
-                try:
-                    findings = detector.observe(record)
-                except Exception as exc:  # a detector never stops training
-                    self._disable(detector, record.step, exc)
+        found: list[Finding] = []
+        records: list[StepRecord] | None = None
+        for detector in list(self._detectors):
+            try:
+                block = getattr(detector, "observe_block", None)
+                if block is not None:
+                    found += block(first, times, waits, captured, after_pause)
                     continue
-                for finding in findings:
-                    self._on_detector_finding(finding)
+                if records is None:  # only for detectors without observe_block
+                    records = [StepRecord(first + k, times[k], waits[k], captured, False)
+                               for k in range(n)]
+                    records[0] = records[0]._replace(after_pause=after_pause)
+                for record in records:
+                    found += detector.observe(record)
+            except Exception as exc:  # a detector never stops training
+                self._disable(detector, first, exc)
+        if found:
+            found.sort(key=_finding_step)  # stable: per step in detector order, as step by step
+            for finding in found:
+                self._on_detector_finding(finding)
         for finding in audited or ():
             self.emit(finding)
         self._emit_capture_findings()

@@ -78,7 +78,8 @@ class IntervalSummary:
 class StepTimes:
     """Summarises steps every ``interval`` steps (at most every :data:`MAX_SUMMARY_STEPS`).
 
-    Holds only the pending interval's records, so memory stays bounded whatever the interval.
+    Holds only the pending interval's step times, data waits and capture flags (three flat
+    lists, no object per step), so memory stays bounded whatever the interval.
 
     Example:
         >>> times = StepTimes(interval=2)
@@ -89,47 +90,66 @@ class StepTimes:
 
     def __init__(self, *, interval: int = 50) -> None:
         self._interval = min(interval, MAX_SUMMARY_STEPS)
-        self._pending: list[StepRecord] = []
+        self._first = 0  # number of the first pending step
+        self._times: list[float] = []  # seconds
+        self._waits: list[float] = []  # seconds
+        self._captured: list[bool] = []
 
     def add(self, record: StepRecord) -> IntervalSummary | None:
         """Store ``record``; returns a summary when an interval is complete."""
-        self._pending.append(record)
-        if len(self._pending) < self._interval:
-            return None
-        return self.flush()
+        summaries = self.add_block(record.step, [record.step_time_s], [record.data_wait_s],
+                                   record.captured)
+        return summaries[0] if summaries else None
 
-    def add_block(self, records: list[StepRecord]) -> list[IntervalSummary]:
-        """Store a block of records at once; returns the summaries of intervals completed."""
-        pending = self._pending
-        pending += records
+    def add_block(self, first: int, times: list[float], waits: list[float],
+                  captured: bool) -> list[IntervalSummary]:
+        """Store the consecutive steps ``first``, ``first + 1``, ... at once.
+
+        Args:
+            first: Number of the first step.
+            times: Step times in seconds.
+            waits: Data waits in seconds (as many as ``times``).
+            captured: Every one of these steps ran captured or audited.
+
+        Returns:
+            The summaries of the intervals completed, oldest first.
+        """
+        if not self._times:
+            self._first = first
+        self._times += times
+        self._waits += waits
+        self._captured += [captured] * len(times)
         summaries = []
-        while len(pending) >= self._interval:
-            self._pending, rest = pending[:self._interval], pending[self._interval:]
-            summary = self.flush()
-            if summary is not None:
-                summaries.append(summary)
-            pending = self._pending = rest
+        while len(self._times) >= self._interval:
+            summaries.append(self._summarise(self._interval))
         return summaries
 
     def flush(self) -> IntervalSummary | None:
         """Summarise whatever is pending (also a partial interval, e.g. at the end)."""
-        if not self._pending:
-            return None
-        records, self._pending = self._pending, []
-        times = [r.step_time_s for r in records]
-        n = len(times)
-        healthy = [r for r in records if not r.captured]
-        slowest = max(healthy or records, key=lambda r: r.step_time_s)
+        return self._summarise(len(self._times)) if self._times else None
+
+    def _summarise(self, n: int) -> IntervalSummary:
+        """Summarise the first ``n`` pending steps and drop them."""
+        times, waits, captured = self._times[:n], self._waits[:n], self._captured[:n]
+        del self._times[:n], self._waits[:n], self._captured[:n]
+        first = self._first
+        self._first = first + n
+        if True in captured:
+            healthy = [k for k in range(n) if not captured[k]]
+        else:
+            healthy = list(range(n))
+        pool = healthy or range(n)
+        slowest = max(pool, key=times.__getitem__)
         return IntervalSummary(
-            first_step=records[0].step,
-            last_step=records[-1].step,
+            first_step=first,
+            last_step=first + n - 1,
             steps=n,
             step_time_ms_mean=sum(times) / n * 1e3,
             step_time_ms_median=median(times) * 1e3,
             step_time_ms_max=max(times) * 1e3,
-            data_wait_ms_mean=sum(r.data_wait_s for r in records) / n * 1e3,
-            max_step=slowest.step,
+            data_wait_ms_mean=sum(waits) / n * 1e3,
+            max_step=first + slowest,
             steps_excluded=n - len(healthy),
-            healthy_us=tuple(int(r.step_time_s * 1e6 + 0.5) for r in healthy),
-            healthy_data_wait_ms=sum(r.data_wait_s for r in healthy) * 1e3,
+            healthy_us=tuple(int(times[k] * 1e6 + 0.5) for k in healthy),
+            healthy_data_wait_ms=sum(waits[k] for k in healthy) * 1e3,
         )

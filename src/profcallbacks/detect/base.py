@@ -21,6 +21,29 @@ class Detector(Protocol):
     def observe(self, record: StepRecord) -> Iterable[Finding]: ...
 
 
+class BlockDetector(Detector, Protocol):
+    """A detector that also takes a whole block at once, from the session's flat buffers.
+
+    The session calls ``observe_block`` instead of ``observe`` when a detector has it (the
+    built-in ones do): no :class:`StepRecord` is made per step and the detector's per-step work
+    runs in one loop over plain lists. The findings must equal those of ``observe`` called on
+    each step of the block in order (the session orders the findings of all detectors by step).
+    """
+
+    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+                      after_pause: bool) -> Iterable[Finding]:
+        """Take the steps ``first``, ``first + 1``, ... of one block.
+
+        Args:
+            first: Number of the block's first step.
+            times: Each step's time in seconds (data wait included, pauses excluded).
+            waits: Each step's data wait in seconds.
+            captured: Every step of the block ran captured or audited (a block is never mixed).
+            after_pause: The block's first step (only it) followed a pause or the start.
+        """
+        ...
+
+
 class StepAuditor(Protocol):
     """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps."""
 

@@ -169,16 +169,62 @@ class SlowdownDetector:
             if self._sustained(self._up):
                 found.append(self._alert(step))
         else:
-            self._since_alert_steps += 1
-            self._since_alert_s += t
-            self._down.add(step, self._down_ref - capped, t)
-            if self._sustained(self._down):
-                found.append(self._recovered(step))
-            elif self._rebaseline_due():
-                found.append(self._rebaseline(step))
+            found += self._observe_slow(step, t, capped)
         if block_done:
             self._close_block()
         return found
+
+    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+                      after_pause: bool) -> Iterable[Finding]:
+        """:meth:`observe` on each step of a block (see ``BlockDetector``), in one loop.
+
+        While no stretch is open and no step passes the onset reference (the common case), a
+        step only feeds the baseline block: the CUSUMs are not touched (they would stay at 0).
+        """
+        n = len(times)
+        start = 1 if after_pause else 0
+        if captured or start >= n:
+            return ()
+        eligible = n - start
+        warm = self.config.warmup_steps - self._seen  # eligible steps still in the warm-up
+        self._seen += eligible
+        if warm > 0:
+            start += min(warm, eligible)
+        found: list[Finding] = []
+        size, size_s = self.config.baseline_steps, self.config.baseline_block_s
+        recent, block, block_s = self._recent, self._block, self._block_s
+        up, onset = self._up, self._onset
+        for k in range(start, n):
+            t = times[k]
+            recent.append(t)
+            block.append(t)
+            block_s += t
+            block_done = (len(block) >= size and block_s >= size_s) or len(block) >= _MAX_BLOCK_STEPS
+            if self.baseline_s is not None:
+                capped = t if t < self._cap_s else self._cap_s
+                if self.slow:
+                    found += self._observe_slow(first + k, t, capped)
+                elif capped > self._onset_ref or up.score > 0.0 or onset.score > 0.0:
+                    up.add(first + k, capped - self._up_ref, t)
+                    onset.add(first + k, capped - self._onset_ref, t)
+                    if self._sustained(up):
+                        found.append(self._alert(first + k))
+            if block_done:
+                self._close_block()
+                block, block_s = self._block, 0.0
+        self._block_s = block_s
+        return found
+
+    def _observe_slow(self, step: int, t: float, capped: float) -> list[Finding]:
+        """One step during an alerted slowdown: recovery or re-baselining."""
+        self._since_alert_steps += 1
+        self._since_alert_s += t
+        self._down.add(step, self._down_ref - capped, t)
+        if self._sustained(self._down):
+            return [self._recovered(step)]
+        if self._rebaseline_due():
+            return [self._rebaseline(step)]
+        return []
 
     def _sustained(self, stretch: _Stretch) -> bool:
         return (stretch.at_peak and stretch.score > 0.0 and stretch.steps >= self.config.min_steps

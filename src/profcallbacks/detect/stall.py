@@ -7,6 +7,8 @@ import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import reduce
+from operator import add
 
 from profcallbacks.core.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
@@ -136,6 +138,38 @@ class StallDetector:
         self._block_time_s += time_s
         if self._block_steps >= self._block_len:
             found += self._close_block(record.step)
+        return found
+
+    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+                      after_pause: bool) -> Iterable[Finding]:
+        """:meth:`observe` on each step of a block (see ``BlockDetector``), in list operations."""
+        if captured:
+            return ()
+        found: list[Finding] = []
+        i, n = 0, len(times)
+        if after_pause:
+            found += self._startup_wait(StepRecord(first, times[0], waits[0], False, True))
+            i = 1
+        while i < n:  # segments that end where one of our blocks closes, or at the end
+            if self._block_steps == 0:
+                self._block_first = first + i
+            j = min(n, i + self._block_len - self._block_steps)
+            seg_waits = waits[i:j]
+            if self._episode is None and max(seg_waits) >= self._isolated_limit_s:
+                limit = self._isolated_limit_s
+                for k in range(i, j):
+                    if waits[k] >= limit:
+                        found += self._isolated(StepRecord(first + k, times[k], waits[k]),
+                                                "isolated", self._reference_s)
+            seg_times = times[i:j]
+            self._step_times.extend(seg_times)
+            self._waits.extend(seg_waits)
+            self._block_steps += j - i
+            self._block_wait_s = reduce(add, seg_waits, self._block_wait_s)  # in step order,
+            self._block_time_s = reduce(add, seg_times, self._block_time_s)  # as step by step
+            if self._block_steps >= self._block_len:
+                found += self._close_block(first + j - 1)
+            i = j
         return found
 
     def _close_block(self, last_step: int) -> list[Finding]:

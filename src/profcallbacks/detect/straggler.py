@@ -29,6 +29,8 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import reduce
+from operator import add
 
 from profcallbacks.core.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
@@ -120,6 +122,22 @@ class StragglerDetector:
         if (record.step + 1) % self._every:
             return ()
         return self._check(record.step)  # if it raises, the session disables this detector
+
+    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+                      after_pause: bool) -> Iterable[Finding]:
+        """:meth:`observe` on each step of a block (see ``BlockDetector``)."""
+        found: list[Finding] = []
+        i, n = 0, len(times)
+        while i < n and not self._disabled:  # segments that end at a check step, or at the end
+            j = min(n, i + self._every - (first + i) % self._every)
+            if not captured:
+                k = 1 if after_pause and i == 0 else i
+                self._times += times[k:j]
+                self._wait_s = reduce(add, waits[k:j], self._wait_s)  # in step order
+            if (first + j) % self._every == 0:
+                found += self._check(first + j - 1)
+            i = j
+        return found
 
     def _check(self, step: int) -> list[Finding]:
         times, self._times = self._times, []

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
-BLOCK_STEPS = 16
+BLOCK_STEPS = 64
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
 BLOCK_S = 0.25

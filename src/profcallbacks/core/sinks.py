@@ -118,29 +118,58 @@ def _event(summary: Any, step: int, wall_time: float) -> bytes:
     return _record(Event(wall_time=wall_time, step=step, summary=summary))
 
 
+STEPS_FLUSH_S = 1.0
+"""Seconds between writes of the steps file (lines wait in memory meanwhile)."""
+STEPS_MAX_ROWS = 64
+"""Most summaries the steps file holds back (bounded memory whatever the step rate)."""
+
+
 class StepsFile:
     """Appends one JSON line per step-time summary, for ``profcallbacks report``.
 
-    A line that cannot be written (disk full, read-only) is kept in memory and written later;
-    the file is opened for each line (a few tens of microseconds, once per summary interval) so
-    no descriptor pins a file system that is being remounted.
+    Lines are written at most every ``flush_s`` seconds, or every :data:`STEPS_MAX_ROWS`
+    summaries, and at ``close``: opening, writing and closing the file costs ~150 us between
+    training steps (3 us per step if done per summary of 50 short steps). A line that cannot be
+    written (disk full, read-only) is kept in memory and written later; the file is opened for
+    each write so no descriptor pins a file system that is being remounted.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, flush_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self._out = RecoveringAppender(path, "step summaries")
+        self._flush_s = STEPS_FLUSH_S if flush_s is None else flush_s
+        self._clock = clock
+        self._next_flush = float("-inf")  # the first line is written at once
+        self._held = 0  # lines queued since the last write
 
     def write(self, summary: IntervalSummary, rank: int,
               fields: dict[str, float] | None = None) -> None:
-        row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
-               "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
-               "steps_excluded": summary.steps_excluded,
-               "healthy_us": list(summary.healthy_us),
-               "healthy_data_wait_ms": round(summary.healthy_data_wait_ms, 4), **(fields or {})}
-        self._out.append((json.dumps(row) + "\n").encode())
+        """Queue one summary's line; write the queued lines when ``flush_s`` has passed."""
+        self._out.append(_steps_line(summary, rank, fields), flush=False)  # bytes: one object
+        self._held += 1
+        now = self._clock()
+        if now >= self._next_flush or self._held >= STEPS_MAX_ROWS:
+            self._next_flush = now + self._flush_s
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued lines (a failed write keeps them for a retry)."""
+        self._held = 0
+        self._out.flush()
 
     def close(self) -> None:
+        self._held = 0
         self._out.close()
+
+
+def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | None) -> bytes:
+    row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
+           "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
+           "steps_excluded": summary.steps_excluded,
+           "healthy_us": list(summary.healthy_us),
+           "healthy_data_wait_ms": round(summary.healthy_data_wait_ms, 4), **(fields or {})}
+    return (json.dumps(row) + "\n").encode()
 
 
 def metric_names(summary: IntervalSummary, prefix: str) -> dict[str, float]:

@@ -40,8 +40,10 @@ baseline was set) of the true onset.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
+from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.slowdown_config import SlowdownConfig
@@ -191,29 +193,70 @@ class SlowdownDetector:
         if warm > 0:
             start += min(warm, eligible)
         found: list[Finding] = []
-        size, size_s = self.config.baseline_steps, self.config.baseline_block_s
-        recent, block, block_s = self._recent, self._block, self._block_s
-        up, onset = self._up, self._onset
-        for k in range(start, n):
-            t = times[k]
-            recent.append(t)
-            block.append(t)
-            block_s += t
-            block_done = (len(block) >= size and block_s >= size_s) or len(block) >= _MAX_BLOCK_STEPS
-            if self.baseline_s is not None:
-                capped = t if t < self._cap_s else self._cap_s
-                if self.slow:
-                    found += self._observe_slow(first + k, t, capped)
-                elif capped > self._onset_ref or up.score > 0.0 or onset.score > 0.0:
-                    up.add(first + k, capped - self._up_ref, t)
-                    onset.add(first + k, capped - self._onset_ref, t)
-                    if self._sustained(up):
-                        found.append(self._alert(first + k))
-            if block_done:
-                self._close_block()
-                block, block_s = self._block, 0.0
-        self._block_s = block_s
+        k = start
+        while k < n:
+            k = self._quiet_segment(times, k, n)
+            if k < n:
+                k = self._eventful_step(first, times, k, found)
         return found
+
+    def _quiet_segment(self, times: list[float], k: int, n: int) -> int:
+        """Take the steps from ``k`` on that only feed the baseline block (no CUSUM moves).
+
+        Those are the steps before a baseline exists, and, outside an alerted slowdown with no
+        stretch open, the steps at or below the onset reference (their CUSUM terms are <= 0).
+        The segment ends where the baseline block closes (it is closed here) or at a step that
+        must be looked at on its own. Returns the first step not taken.
+        """
+        quiet = self.baseline_s is None or not (self.slow or self._up.score > 0.0
+                                                 or self._onset.score > 0.0)
+        if not quiet:
+            return k
+        block = self._block
+        # the step at which the block would close: len(block) >= size and block_s >= size_s
+        sums = list(accumulate(times[k:n], initial=self._block_s))  # in step order: exact
+        lo = max(0, self.config.baseline_steps - len(block) - 1)
+        close = bisect_left(sums, self.config.baseline_block_s, lo + 1) - 1
+        close = min(close, _MAX_BLOCK_STEPS - len(block) - 1)
+        end = k + close + 1 if close < n - k else n  # the segment ends with the closing step
+        if self.baseline_s is not None:
+            reference = self._onset_ref if self._onset_ref < self._cap_s else self._cap_s
+            over = end
+            if end > k and max(times[k:end]) > reference:
+                over = next(i for i in range(k, end) if times[i] > reference)
+            if over < end:  # stop before the first step past the onset reference
+                end, close = over, n
+        if end == k:
+            return k
+        segment = times[k:end]
+        self._recent.extend(segment)
+        block.extend(segment)
+        self._block_s = sums[end - k]
+        if end - k - 1 == close:
+            self._close_block()
+        return end
+
+    def _eventful_step(self, first: int, times: list[float], k: int, found: list[Finding]) -> int:
+        """Step ``k`` exactly as :meth:`observe` takes it (after the warm-up); returns ``k + 1``."""
+        t = times[k]
+        self._recent.append(t)
+        self._block.append(t)
+        self._block_s += t
+        block_done = (len(self._block) >= self.config.baseline_steps
+                      and self._block_s >= self.config.baseline_block_s) \
+            or len(self._block) >= _MAX_BLOCK_STEPS
+        if self.baseline_s is not None:
+            capped = t if t < self._cap_s else self._cap_s
+            if self.slow:
+                found += self._observe_slow(first + k, t, capped)
+            else:
+                self._up.add(first + k, capped - self._up_ref, t)
+                self._onset.add(first + k, capped - self._onset_ref, t)
+                if self._sustained(self._up):
+                    found.append(self._alert(first + k))
+        if block_done:
+            self._close_block()
+        return k + 1
 
     def _observe_slow(self, step: int, t: float, capped: float) -> list[Finding]:
         """One step during an alerted slowdown: recovery or re-baselining."""

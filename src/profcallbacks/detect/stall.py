@@ -94,8 +94,10 @@ class StallDetector:
         self.rank = rank
         self.loader: LoaderInfo = {}
         self._block_len = config.block_steps
-        self._blocks: deque[_Block] = deque(maxlen=self._blocks_needed())
-        self._shares: deque[float] = deque(maxlen=self._blocks.maxlen)  # the blocks' data shares
+        self._needed = self._blocks_needed()
+        # the last blocks as (first step, last step, steps, wait s, time s): a tuple, no object
+        self._blocks: deque[tuple[int, int, int, float, float]] = deque(maxlen=self._needed)
+        self._shares: deque[float] = deque(maxlen=self._needed)  # the blocks' data shares
         self._block_first, self._block_steps = 0, 0  # the block being filled
         self._block_wait_s, self._block_time_s = 0.0, 0.0
         self._isolated_limit_s = math.inf  # a wait this long is an isolated hiccup
@@ -115,8 +117,10 @@ class StallDetector:
         block = max(self.config.block_steps, int(info.get("num_workers") or 0))
         if block != self._block_len:
             self._block_len = block
-            self._blocks = deque(self._blocks, maxlen=self._blocks_needed())
-            self._shares = deque((b.share for b in self._blocks), maxlen=self._blocks.maxlen)
+            self._needed = self._blocks_needed()
+            self._blocks = deque(self._blocks, maxlen=self._needed)
+            self._shares = deque((b[3] / b[4] if b[4] > 0 else 0.0 for b in self._blocks),
+                                 maxlen=self._needed)
             self._step_times = deque(self._step_times, maxlen=max(self.config.window, 3 * block))
             self._waits = deque(self._waits, maxlen=self._step_times.maxlen)
 
@@ -173,33 +177,34 @@ class StallDetector:
         return found
 
     def _close_block(self, last_step: int) -> list[Finding]:
-        block = _Block(self._block_first, last_step, self._block_steps, self._block_wait_s,
-                       self._block_time_s)
+        wait_s, time_s = self._block_wait_s, self._block_time_s
+        block = (self._block_first, last_step, self._block_steps, wait_s, time_s)
         self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
         self._blocks.append(block)
-        self._shares.append(block.share)
+        self._shares.append(wait_s / time_s if time_s > 0 else 0.0)
         self._blocks_closed += 1
-        if self._blocks_closed % self._blocks_needed() == 1:  # the first block, then once a window
+        if self._blocks_closed % self._needed == 1:  # the first block, then once a window
             self._reference_s = median(self._step_times)
             self._isolated_limit_s = max(self.config.isolated_min_s,
                                          self.config.isolated_factor * self._reference_s)
-        if len(self._blocks) == self._blocks.maxlen:
+        if len(self._blocks) == self._needed:
             return self._evaluate(block)
         return []
 
-    def _evaluate(self, latest: _Block) -> list[Finding]:
+    def _evaluate(self, latest: tuple[int, int, int, float, float]) -> list[Finding]:
         share = median(self._shares)
         episode = self._episode
         if episode is None:
             if share < self.config.share_threshold:
                 return []
-            episode = self._episode = _Block(self._blocks[0].first_step, latest.last_step)
-            for b in self._blocks:
-                episode.steps, episode.wait_s = episode.steps + b.steps, episode.wait_s + b.wait_s
-                episode.time_s += b.time_s
+            episode = self._episode = _Block(self._blocks[0][0], latest[1])
+            for _, _, steps, wait_s, time_s in self._blocks:
+                episode.steps, episode.wait_s = episode.steps + steps, episode.wait_s + wait_s
+                episode.time_s += time_s
             return [self._stall_finding(episode, share)]
-        episode.last_step, episode.steps = latest.last_step, episode.steps + latest.steps
-        episode.wait_s, episode.time_s = episode.wait_s + latest.wait_s, episode.time_s + latest.time_s
+        _, last, steps, wait_s, time_s = latest
+        episode.last_step, episode.steps = last, episode.steps + steps
+        episode.wait_s, episode.time_s = episode.wait_s + wait_s, episode.time_s + time_s
         if share >= self.config.clear_share:
             return []
         self._episode = None

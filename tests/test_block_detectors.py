@@ -1,0 +1,132 @@
+"""observe_block (the session's per-block contract) finds exactly what observe finds step by step.
+
+Each built-in detector is fed one recorded sequence twice: one step at a time through
+``observe``, and in blocks of random length (1-64 steps, as the session cuts them) through
+``observe_block``; the findings (kind, step, message, details) and the state the detectors
+publish must be identical. The sequences hold every situation a detector reacts to: warm-up,
+captured blocks, steps after a pause, isolated waits, stall episodes and their end, slowdowns,
+recoveries and re-baselining, straggler checks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes, median
+from profcallbacks.detect.slowdown import SlowdownConfig, SlowdownDetector
+from profcallbacks.detect.stall import StallConfig, StallDetector
+from profcallbacks.detect.straggler import StragglerConfig, StragglerDetector
+
+
+def sequence(seed: int, steps: int = 3000) -> list[tuple[float, float]]:
+    """(step time, data wait) in seconds: noise, stalls, hiccups, a slowdown that recovers,
+    one that lasts (re-baselining), short spikes."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(steps):
+        wait = 0.0005 * rng.random()
+        if 400 <= i < 600 and i % 3 == 0:
+            wait += 0.03  # a bursty stall episode
+        if i in (150, 900, 2500):
+            wait += 0.4  # isolated hiccups
+        compute = 0.010 * rng.uniform(0.9, 1.1)
+        if 1000 <= i < 1300:
+            compute *= 2.0  # a slowdown that recovers
+        if i >= 2000:
+            compute *= 1.6  # one that becomes the new normal
+        if rng.random() < 0.01:
+            compute *= 4  # spikes
+        out.append((compute + wait, wait))
+    return out
+
+
+def blocks(seed: int, steps: int, captured_share: float = 0.05) -> list[tuple[int, int, bool, bool]]:
+    """(first, end, captured, after_pause) blocks as the session cuts them."""
+    rng = random.Random(seed + 100)
+    out, first = [], 0
+    while first < steps:
+        end = min(steps, first + rng.randint(1, 64))
+        captured = rng.random() < captured_share
+        after_pause = first == 0 or rng.random() < 0.03
+        out.append((first, end, captured, after_pause))
+        first = end
+    return out
+
+
+def detectors():
+    slowdown = SlowdownConfig(warmup_steps=20, baseline_steps=30, baseline_block_s=0.2,
+                              min_steps=10, min_duration_s=0.1, rebaseline_after_steps=300,
+                              rebaseline_after_s=1.0)
+    gathered: list[list[float]] = []
+
+    def gather(mine: list[float]) -> list[list[float]]:
+        gathered.append(mine)  # rank 1 is 30% slower than this rank
+        return [mine, [mine[0] * 1.3, mine[1], mine[2]]]
+
+    return [StallDetector(StallConfig(window=20, block_steps=4), rank=0),
+            SlowdownDetector(slowdown, rank=0),
+            StragglerDetector(StragglerConfig(every_n_steps=100, consecutive=2, min_steps=10),
+                              rank=0, gather=gather)], gathered
+
+
+def key(findings) -> list[tuple]:
+    return [(f.kind, f.step, f.message, json.dumps(f.details, sort_keys=True), f.capture)
+            for f in findings]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_observe_block_equals_observe_step_by_step(seed):
+    steps = sequence(seed)
+    cuts = blocks(seed, len(steps))
+    by_step, gathered_by_step = detectors()
+    by_block, gathered_by_block = detectors()
+    kinds = set()
+    for (first, end, captured, after_pause) in cuts:
+        times = [t for t, _ in steps[first:end]]
+        waits = [w for _, w in steps[first:end]]
+        for one, block in zip(by_step, by_block, strict=True):
+            expected = []
+            for k in range(end - first):
+                record = StepRecord(first + k, times[k], waits[k], captured,
+                                    after_pause and k == 0)
+                expected += one.observe(record)
+            got = list(block.observe_block(first, times, waits, captured, after_pause))
+            assert key(got) == key(expected), (type(one).__name__, first)
+            kinds |= {f.kind for f in expected}
+    assert gathered_by_block == gathered_by_step  # the same numbers met the other ranks
+    assert by_block[1].baseline_s == by_step[1].baseline_s
+    assert by_block[1].scalars() == by_step[1].scalars()
+    assert list(by_block[0]._step_times) == list(by_step[0]._step_times)
+    assert {"dataloader_stall", "dataloader_stall_cleared", "dataloader_wait", "step_slowdown",
+            "step_speed_recovered", "step_baseline_reset", "straggler"} <= kinds
+
+
+def reference_summary(records: list[StepRecord]) -> IntervalSummary:
+    """The summary of ``records`` as StepTimes made it from one record per step."""
+    times = [r.step_time_s for r in records]
+    healthy = [r for r in records if not r.captured]
+    slowest = max(healthy or records, key=lambda r: r.step_time_s)
+    n = len(records)
+    return IntervalSummary(
+        records[0].step, records[-1].step, n, sum(times) / n * 1e3, median(times) * 1e3,
+        max(times) * 1e3, sum(r.data_wait_s for r in records) / n * 1e3, slowest.step,
+        n - len(healthy), tuple(int(r.step_time_s * 1e6 + 0.5) for r in healthy),
+        sum(r.data_wait_s for r in healthy) * 1e3)
+
+
+def test_step_times_summaries_from_blocks_equal_those_of_the_records():
+    steps = sequence(7, 530)
+    cuts = blocks(7, len(steps), captured_share=0.3)
+    times = StepTimes(interval=50)
+    records, got = [], []
+    for (first, end, captured, _) in cuts:
+        records += [StepRecord(k, steps[k][0], steps[k][1], captured) for k in range(first, end)]
+        got += times.add_block(first, [t for t, _ in steps[first:end]],
+                               [w for _, w in steps[first:end]], captured)
+    got.append(times.flush())
+    expected = [reference_summary(records[i:i + 50]) for i in range(0, len(records), 50)]
+    assert got == expected
+    assert any(s.steps_excluded for s in got) and got[-1].steps == 30

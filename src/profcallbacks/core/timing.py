@@ -75,6 +75,9 @@ class IntervalSummary:
         }
 
 
+_HALF, _MILLION = 0.5, 1e6  # their bound methods round seconds to microseconds in C loops
+
+
 class StepTimes:
     """Summarises steps every ``interval`` steps (at most every :data:`MAX_SUMMARY_STEPS`).
 
@@ -134,12 +137,16 @@ class StepTimes:
         del self._times[:n], self._waits[:n], self._captured[:n]
         first = self._first
         self._first = first + n
-        if True in captured:
-            healthy = [k for k in range(n) if not captured[k]]
+        if True in captured:  # leave the captured steps out of the healthy ones
+            keep = [k for k in range(n) if not captured[k]]
+            healthy, healthy_waits = [times[k] for k in keep], [waits[k] for k in keep]
         else:
-            healthy = list(range(n))
-        pool = healthy or range(n)
-        slowest = max(pool, key=times.__getitem__)
+            keep, healthy, healthy_waits = None, times, waits
+        pool = healthy or times
+        slowest = pool.index(max(pool))  # the first slowest, as max() picks it
+        if keep:
+            slowest = keep[slowest]
+        us = map(int, map(_HALF.__add__, map(_MILLION.__mul__, healthy)))  # int(t * 1e6 + 0.5)
         return IntervalSummary(
             first_step=first,
             last_step=first + n - 1,
@@ -150,6 +157,6 @@ class StepTimes:
             data_wait_ms_mean=sum(waits) / n * 1e3,
             max_step=first + slowest,
             steps_excluded=n - len(healthy),
-            healthy_us=tuple(int(times[k] * 1e6 + 0.5) for k in healthy),
-            healthy_data_wait_ms=sum(waits[k] for k in healthy) * 1e3,
+            healthy_us=tuple(us),
+            healthy_data_wait_ms=sum(healthy_waits) * 1e3,
         )

@@ -18,7 +18,7 @@ from helpers import capture_dirs, tiny_model, train_step
 from profcallbacks import ProfilerConfig, ProfilingSession, Schedule, StepProfiler, TraceOptions
 from profcallbacks.capture import export_helper
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import BLOCK_STEPS
+from profcallbacks.core.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.testing import FakeClock, StepRecorder
@@ -34,23 +34,30 @@ def test_detectors_see_steps_once_per_block_and_every_step_in_order(tmp_path):
     clock, recorder = FakeClock(start=1000.0), StepRecorder()
     session = ProfilingSession(quiet_config(), tmp_path, clock=clock, detectors=[recorder])
     session.open()
+    clock.now += 0.0001
+    session.step_end()  # the first block is one step long: the step rate is not known yet
+    assert [r.step for r in recorder.records] == [0]
+    recorder.records.clear()
     for i in range(BLOCK_STEPS - 1):
         clock.now += 0.001 * (i + 1)
         session.step_end()
     assert recorder.records == []  # nothing but the buffer until the block ends
     clock.now += 0.5
     session.step_end()
-    assert [r.step for r in recorder.records] == list(range(BLOCK_STEPS))
+    assert [r.step for r in recorder.records] == list(range(1, BLOCK_STEPS + 1))
     assert [round(r.step_time_s, 9) for r in recorder.records[:3]] == [0.001, 0.002, 0.003]
     assert recorder.records[-1].step_time_s == pytest.approx(0.5)
-    for _ in range(6):  # 16 steps took 0.62 s: the next block is 0.25 s / 0.039 s = 6 steps
+    took = sum(r.step_time_s for r in recorder.records)
+    following = int(BLOCK_S * BLOCK_STEPS / took)  # the next block lasts about BLOCK_S
+    assert 1 < following < BLOCK_STEPS
+    for _ in range(following):
         assert len(recorder.records) == BLOCK_STEPS
         clock.now += 0.5
         session.step_end()
-    assert len(recorder.records) == BLOCK_STEPS + 6
+    assert len(recorder.records) == BLOCK_STEPS + following
     clock.now += 0.5  # 0.5 s steps: blocks of one step
     session.step_end()
-    assert len(recorder.records) == BLOCK_STEPS + 7
+    assert len(recorder.records) == BLOCK_STEPS + following + 1
     session.close()
 
 

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
-BLOCK_STEPS = 64
+BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
 BLOCK_S = 0.25
@@ -95,7 +95,7 @@ class ProfilingSession:
         self._block_captured = False
         self._block_after_pause = True
         self._block_start_ns = 0  # wall clock at the block's start, inside capture windows
-        self._block_len = BLOCK_STEPS
+        self._block_len = 1  # the first block is one step: then the step rate is known
         self._data_wait = 0.0
         self._wait_from = 0.0
         self._paused = False

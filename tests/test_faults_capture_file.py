@@ -85,7 +85,7 @@ def test_a_bad_value_warns_once_and_captures_go_on(tmp_path, caplog, text):
         if step == 20:
             (tmp_path / "CAPTURE").write_text("2")
 
-    with caplog.at_level(logging.WARNING):  # the file is polled once per block (<= 16 steps)
+    with caplog.at_level(logging.WARNING):  # polled once per block (<= capture_file_poll_s)
         _train(tmp_path, 50, before_step=before_step)
     assert len(_warnings(caplog)) == 1 and "not a step count" in _warnings(caplog)[0]
     assert not _warnings(caplog, "captures failed")

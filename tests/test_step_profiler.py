@@ -50,8 +50,8 @@ def test_capture_file_is_consumed_and_holds_step_count(tmp_path):
     def drop_file(prof, i):
         if i == 2:
             (tmp_path / "CAPTURE").write_text("4\n")
-    # the file is polled once per block of steps (at most BLOCK_STEPS = 128): 160 steps hold it
-    run_loop(tmp_path, 160, None, on_step=drop_file, capture_steps=2, capture_file_poll_s=1e-6)
+    # the file is polled once per block of steps (blocks last at most capture_file_poll_s)
+    run_loop(tmp_path, 40, None, on_step=drop_file, capture_steps=2, capture_file_poll_s=1e-6)
     assert not (tmp_path / "CAPTURE").exists()
     (name, steps), = captured_steps(tmp_path).items()
     assert name.endswith("-file") and len(steps) == 4

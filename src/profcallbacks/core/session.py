@@ -33,7 +33,8 @@ BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
 BLOCK_S = 0.25
-"""Target seconds per block: blocks of slow steps are shorter (at least one step)."""
+"""Target seconds per block: blocks of slow steps are shorter (at least one step). A shorter
+``capture_file_poll_s`` or memory ``sample_every_s`` shortens blocks to that period."""
 
 
 class ProfilingSession:
@@ -96,6 +97,12 @@ class ProfilingSession:
         self._block_after_pause = True
         self._block_start_ns = 0  # wall clock at the block's start, inside capture windows
         self._block_len = 1  # the first block is one step: then the step rate is known
+        periods = [BLOCK_S]  # a block lasts no longer than the period of anything polled
+        if config.watch_capture_file:
+            periods.append(config.capture_file_poll_s)
+        if config.memory is not None:
+            periods.append(config.memory.sample_every_s)
+        self._block_s = min(periods)
         self._data_wait = 0.0
         self._wait_from = 0.0
         self._paused = False
@@ -332,7 +339,7 @@ class ProfilingSession:
         waits = self._waits[1:n + 1]
         self._first = first + n
         self._n = 0
-        self._block_len = _next_block_len(ends[n] - ends[0], n)
+        self._block_len = _next_block_len(ends[n] - ends[0], n, self._block_s)
         publisher = self._publisher
         for summary in self._times.add_block(first, times, waits, captured):
             if publisher is not None:  # at the clock time its last step ended
@@ -507,8 +514,8 @@ def _prepare_logdir(logdir: Path) -> Path:
     return meta
 
 
-def _next_block_len(seconds: float, steps: int) -> int:
-    """Steps in the next block: :data:`BLOCK_STEPS`, fewer when that would take over ``BLOCK_S``."""
+def _next_block_len(seconds: float, steps: int, limit_s: float = BLOCK_S) -> int:
+    """Steps in the next block: :data:`BLOCK_STEPS`, fewer when that would take over ``limit_s``."""
     if seconds <= 0:
         return BLOCK_STEPS
-    return max(1, min(BLOCK_STEPS, int(BLOCK_S * steps / seconds)))
+    return max(1, min(BLOCK_STEPS, int(limit_s * steps / seconds)))

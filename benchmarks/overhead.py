@@ -5,10 +5,13 @@ Run: python benchmarks/overhead.py [--front-end all|plain|lightning|hf] [--round
 Python per-step costs measured in a tight loop read 5-10x lower than between real training work
 (the code and its data fall out of the CPU caches), so everything here is measured in situ:
 blocks of ``--steps`` real training steps (~0.25 ms each on one CPU thread), the variants of one
-round in shuffled order, each paired with a bare block of the same round. A second bare block per
-round is the control: bare/bare must read 1.00 +- 0.02, or the machine was too noisy and the run
-does not count (it says so). Printed per variant: the median over rounds of rate/bare-rate, and
-the cost per step it implies.
+round in shuffled order, each paired with a bare block of the same round. A profiled block's
+timing includes the resume before it and the pause after it, which processes its last buffered
+steps, so every step's block work (detectors, summaries) is counted, whatever the block length
+(a little more than once: a natural block boundary comes every 128 steps, not every 100). A
+second bare block per round is the control: bare/bare must read 1.00 +- 0.02, or the machine
+was too noisy and the run does not count (it says so). Printed per variant: the median over
+rounds of rate/bare-rate, and the cost per step it implies.
 
 plain:     bare loop | StepProfiler (defaults but capture_on_slowdown=False: windows are not
            what this measures) | timing only | empty function call (control)
@@ -131,9 +134,9 @@ def plain(rounds: int, steps: int) -> bool:
                 prof.pause()
             for index, name in enumerate(plan.order):
                 after, prof = variants[name]
-                if prof is not None:
-                    prof.resume()
                 start = time.perf_counter()
+                if prof is not None:  # timed too: a block begins here
+                    prof.resume()
                 if after is None:
                     for _ in range(steps):
                         step()
@@ -141,9 +144,9 @@ def plain(rounds: int, steps: int) -> bool:
                     for _ in range(steps):
                         step()
                         after()
-                plan.record(index, steps / (time.perf_counter() - start))
-                if prof is not None:
+                if prof is not None:  # inside the timing: it processes the block's last steps
                     prof.pause()
+                plan.record(index, steps / (time.perf_counter() - start))
     if defaults.findings or defaults.captures:
         print("  (defaults made findings or captures during the benchmark: "
               f"{sorted({f.kind for f in defaults.findings})}, {len(defaults.captures)} captures)")
@@ -170,17 +173,17 @@ class _Switch:
         self.count += 1
         if self.count < self.warmup or (self.count - self.warmup) % self.steps:
             return
+        wanted = self.plan.order[self.block + 1] if self.block + 1 < len(self.plan.order) else None
+        wanted = wanted if wanted in self.variants else None
+        if wanted != self.current and self.current is not None:
+            callback, _, off = self.variants[self.current]
+            self.callbacks.remove(callback)
+            off()  # timed with the block: it processes the block's last buffered steps
         now = time.perf_counter()
         if self.block >= 0:
             self.plan.record(self.block, self.steps / (now - self.start))
         self.block += 1
-        wanted = self.plan.order[self.block] if self.block < len(self.plan.order) else None
-        wanted = wanted if wanted in self.variants else None
         if wanted != self.current:
-            if self.current is not None:
-                callback, _, off = self.variants[self.current]
-                self.callbacks.remove(callback)
-                off()
             if wanted is not None:
                 callback, on, _ = self.variants[wanted]
                 self.callbacks.append(callback)

@@ -129,3 +129,18 @@ with StepProfiler({str(tmp_path)!r}, schedule=Schedule(skip_first=2, warmup=0, a
     assert "step000002-schedule" in before
     assert all(after[name] == files for name, files in before.items())  # none overwritten
     assert "step000002-schedule-2" in after
+
+
+def test_a_refused_run_leaves_no_export_helper_behind(tmp_path):
+    psutil = pytest.importorskip("psutil")
+
+    def helpers() -> set[int]:
+        return {p.pid for p in psutil.Process().children(recursive=True)
+                if p.status() != psutil.STATUS_ZOMBIE}
+
+    with StepProfiler(tmp_path, tensorboard_scalars=False):
+        running = helpers()
+        assert running  # the live run's own export helper
+        with pytest.raises(LogdirInUseError):
+            StepProfiler(tmp_path, tensorboard_scalars=False).__enter__()
+        assert helpers() == running  # the refused run's helper was stopped with it

@@ -166,11 +166,18 @@ class ProfilingSession:
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
         _prepare_logdir(self.logdir)
-        self._lock = claim_logdir(self.logdir) if self.rank.rank == 0 else None
         try:
+            # every rank first: the trigger agreement is a collective, so a rank that fails
+            # below (rank 0 finding the logdir in use) fails alone instead of leaving the others
+            # waiting in it
+            self._captures.open()
+            self._lock = claim_logdir(self.logdir) if self.rank.rank == 0 else None
             self._open()
         except BaseException:
-            self._release_lock()
+            try:
+                self._captures.close(failed=True)  # the export helper does not outlive this
+            finally:
+                self._release_lock()
             raise
 
     def _open(self) -> None:
@@ -185,7 +192,6 @@ class ProfilingSession:
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
                                            steps_file=StepsFile(steps_file(self.logdir, rank)))
-        self._captures.open()
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
             self.step_end = self._step_end_device  # type: ignore[method-assign]
@@ -406,9 +412,11 @@ class ProfilingSession:
             self._on_detector_finding(finding)
 
     def _mark_device_step(self) -> None:
+        timer = self._device_timer
+        if timer is None:  # it failed earlier and is off: warned once
+            return
         try:
-            assert self._device_timer is not None
-            self._device_timer.mark()
+            timer.mark()
         except Exception as exc:
             log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
             self._device_timer = None

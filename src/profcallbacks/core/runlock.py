@@ -6,8 +6,9 @@ and the fix. The marker ``<logdir>/profcallbacks/run.lock`` is created with ``O_
 which is atomic on local file systems and on NFS v3 and later (``flock``/``fcntl`` locks are not
 dependable there). It names the host and process and its modification time is refreshed every
 ``HEARTBEAT_S`` seconds by a small thread. A marker is stale, and taken over with a warning, when
-its process is gone (same host) or it has not been refreshed for ``STALE_S`` seconds (any host;
-ages are measured against the file server's own clock, so client clocks may differ).
+its process is gone (same host) or, from another host, it has not been refreshed for ``STALE_S``
+seconds (ages are measured against the file server's own clock, so client clocks may differ). A
+live process on the same host keeps its marker, also while stopped (Ctrl-Z).
 Only global rank 0 takes the marker: the ranks of one run share the directory by design.
 """
 
@@ -101,7 +102,8 @@ class RunLock:
                 f"logdir={str(self.logdir)!r} is in use by another profcallbacks run ({who}, "
                 f"marker {self.path} refreshed {age:.0f} s ago). Give each run a log directory of "
                 f"its own (e.g. {str(self.logdir / 'run2')!r}); if that run is gone, delete "
-                f"{self.path} (a marker is also taken over {STALE_S:.0f} s after its last refresh).")
+                f"{self.path} (one from another host is also taken over {STALE_S:.0f} s after its "
+                "last refresh).")
         log.warning("profcallbacks: an earlier run in %s (pid %s on %s) ended without closing; "
                     "its marker is taken over and its captures are kept.", self.logdir,
                     holder.get("pid", "?"), holder.get("host", "?"))

@@ -274,3 +274,25 @@ def test_a_rewritten_findings_file_is_not_counted_twice(tmp_path: Path) -> None:
     findings.write_text(finding(10))  # truncated and rewritten (e.g. a restarted run)
     state.poll()
     assert state.findings_total == 1 and [f["step"] for f in state.findings] == [10]
+
+
+def test_steps_rows_carry_the_slowdown_ratio_that_watch_shows(tmp_path: Path) -> None:
+    from profcallbacks import ProfilerConfig, SlowdownConfig
+    from profcallbacks.layout import steps_file
+    from profcallbacks.testing import ScriptedRun
+    from profcallbacks.watch.state import LogdirState
+
+    config = ProfilerConfig(schedule=None, tensorboard_scalars=False, watch_capture_file=False,
+                            sync_audit=False, stall=None, memory=None, log_every_n_steps=20,
+                            baseline_capture=False,
+                            slowdown=SlowdownConfig(warmup_steps=0, baseline_steps=10,
+                                                    baseline_block_s=0.0, baseline_blocks=1))
+    run = ScriptedRun(config, tmp_path)
+    run.steps([(0.010, 0.0)] * 100)
+    run.close()
+    rows = [json.loads(line) for line in steps_file(tmp_path, 0).read_text().splitlines()]
+    assert rows[-1]["slowdown_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert rows[-1]["baseline_step_time_ms"] == pytest.approx(10.0, rel=0.05)
+    state = LogdirState(tmp_path)
+    state.poll()
+    assert state.ranks[0].slowdown_ratio == pytest.approx(1.0, abs=0.05)

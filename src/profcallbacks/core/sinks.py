@@ -207,7 +207,8 @@ class SummaryPublisher:
 
     def publish(self, summary: IntervalSummary, extra: dict[str, float],
                 fields: dict[str, float] | None = None) -> None:
-        """``extra`` scalars go to the sinks; ``fields`` (e.g. memory numbers) to the steps file too."""
+        """``extra`` scalars (e.g. ``slowdown_ratio``) and ``fields`` (memory numbers) go to the
+        sinks and into the steps file's row, where ``watch`` and the report read them."""
         values = metric_names(summary, self._prefix)
         values.update({f"{self._prefix}/{name}": value for name, value in extra.items()})
         values.update({f"{self._prefix}/{name}": value for name, value in (fields or {}).items()})
@@ -220,7 +221,7 @@ class SummaryPublisher:
                 self._sinks.remove(sink)
         if self._steps_file is not None:
             try:
-                self._steps_file.write(summary, self._rank, fields)
+                self._steps_file.write(summary, self._rank, {**extra, **(fields or {})})
             except (OSError, ValueError) as exc:
                 log.warning("profcallbacks: cannot write %s (%s); step summaries are no longer "
                             "saved.", self._steps_file.path, exc)

@@ -22,6 +22,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -95,41 +96,38 @@ def excess_s(times: list[float]) -> float:
     return sum(t - base for t in times[BEFORE:BEFORE + WINDOW + AFTER])
 
 
-def run_ours(step: Callable[[], None]) -> list[float]:
+def timed_steps(step: Callable[[], None], prof: Any) -> list[float]:
+    """Wall time of each step of the run, ``prof.step()`` included, inside ``with prof``."""
     times = []
+    with prof:
+        last = time.perf_counter()
+        for _ in range(BEFORE + WINDOW + AFTER):
+            step()
+            prof.step()
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+    return times
+
+
+def run_ours(step: Callable[[], None]) -> list[float]:
     with tempfile.TemporaryDirectory() as logdir:
         prof = StepProfiler(logdir, schedule=Schedule(skip_first=BEFORE, warmup=1, active=5),
                             tensorboard_scalars=False, watch_capture_file=False,
                             capture_on_slowdown=False, sync_audit=False)
-        with prof:
-            last = time.perf_counter()
-            for _ in range(BEFORE + WINDOW + AFTER):
-                step()
-                prof.step()
-                now = time.perf_counter()
-                times.append(now - last)
-                last = now
+        times = timed_steps(step, prof)
         assert len(prof.captures) == 1, prof.captures
     return times
 
 
 def run_torch(step: Callable[[], None]) -> list[float]:
-    times = []
     with tempfile.TemporaryDirectory() as logdir:
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
             with_modules=True, on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir),
             schedule=torch.profiler.schedule(skip_first=BEFORE, wait=0, warmup=1, active=5,
                                              repeat=1))
-        with prof:
-            last = time.perf_counter()
-            for _ in range(BEFORE + WINDOW + AFTER):
-                step()
-                prof.step()
-                now = time.perf_counter()
-                times.append(now - last)
-                last = now
-    return times
+        return timed_steps(step, prof)
 
 
 def main() -> None:

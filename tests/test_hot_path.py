@@ -165,13 +165,18 @@ def test_export_runs_in_a_helper_process_that_ends_with_the_run(tmp_path):
     assert not list(tmp_path.rglob("*.raw.json"))
 
 
-def test_a_window_recorded_during_an_export_is_marked(tmp_path):
+def back_to_back_windows(logdir) -> None:
+    """Two one-step windows in a row: the second is recorded while the first is exported."""
     model, opt = tiny_model()
     schedule = Schedule(skip_first=0, wait=0, warmup=0, active=1, repeat=2)
-    with StepProfiler(tmp_path, schedule=schedule, tensorboard_scalars=False) as prof:
+    with StepProfiler(logdir, schedule=schedule, tensorboard_scalars=False) as prof:
         for _ in range(4):
             train_step(model, opt)
             prof.step()
+
+
+def test_a_window_recorded_during_an_export_is_marked(tmp_path):
+    back_to_back_windows(tmp_path)
     marks = {}
     for capture in capture_dirs(tmp_path):
         (trace_file,) = capture.glob("*.pt.trace.json.gz")
@@ -305,12 +310,7 @@ def test_lightning_hooks_bypass_the_fetch_timer():
 def test_the_report_marks_a_capture_recorded_during_an_export(tmp_path):
     from profcallbacks.report import build_report, locate_run, render_text
 
-    model, opt = tiny_model()
-    schedule = Schedule(skip_first=0, wait=0, warmup=0, active=1, repeat=2)
-    with StepProfiler(tmp_path, schedule=schedule, tensorboard_scalars=False) as prof:
-        for _ in range(4):
-            train_step(model, opt)
-            prof.step()
+    back_to_back_windows(tmp_path)
     report = build_report(locate_run(tmp_path))
     marks = {c["directory"]: c["export_overlap"] for c in report["captures"]}
     assert marks == {"step000000-schedule": False, "step000001-schedule": True}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
 
 import pytest
 
@@ -30,11 +31,17 @@ def sequence(seed: int, steps: int = 3000) -> list[tuple[float, float]]:
         wait = 0.0005 * rng.random()
         if 400 <= i < 600 and i % 3 == 0:
             wait += 0.03  # a bursty stall episode
+        if 1500 <= i < 1700:
+            wait += 0.004  # a mild, steady stall (30% of step time)
         if i in (150, 900, 2500):
             wait += 0.4  # isolated hiccups
+        if i % 97 == 0:
+            wait += rng.uniform(0.045, 0.06)  # waits about as long as the isolated-wait limit
         compute = 0.010 * rng.uniform(0.9, 1.1)
-        if 1000 <= i < 1300:
-            compute *= 2.0  # a slowdown that recovers
+        if 985 <= i < 1000:
+            compute *= 1.17  # its lead-in: past the onset reference, mostly under the threshold
+        if 1000 <= i < 1250:
+            compute *= 2.0  # a slowdown that recovers (before re-baselining at 300 steps)
         if i >= 2000:
             compute *= 1.6  # one that becomes the new normal
         if rng.random() < 0.01:
@@ -72,6 +79,14 @@ def detectors():
                               rank=0, gather=gather)], gathered
 
 
+def state(detector) -> dict:
+    """What a detector carries from one step to the next (its attributes, deques as lists)."""
+    return {name: list(value) if isinstance(value, deque) else value
+            for name, value in vars(detector).items()
+            if name not in ("config", "loader", "_gather") and not callable(value)
+            and not hasattr(value, "__slots__")}
+
+
 def key(findings) -> list[tuple]:
     return [(f.kind, f.step, f.message, json.dumps(f.details, sort_keys=True), f.capture)
             for f in findings]
@@ -95,6 +110,7 @@ def test_observe_block_equals_observe_step_by_step(seed):
                 expected += one.observe(record)
             got = list(block.observe_block(first, times, waits, captured, after_pause))
             assert key(got) == key(expected), (type(one).__name__, first)
+            assert state(block) == state(one), (type(one).__name__, first)
             kinds |= {f.kind for f in expected}
     assert gathered_by_block == gathered_by_step  # the same numbers met the other ranks
     assert by_block[1].baseline_s == by_step[1].baseline_s
@@ -130,3 +146,31 @@ def test_step_times_summaries_from_blocks_equal_those_of_the_records():
     expected = [reference_summary(records[i:i + 50]) for i in range(0, len(records), 50)]
     assert got == expected
     assert any(s.steps_excluded for s in got) and got[-1].steps == 30
+
+
+@pytest.mark.parametrize("lead", [4, 16])
+def test_stall_blocks_taken_at_once_still_see_the_shares_before_them(lead):
+    """A stall in the last blocks before a block of quiet steps still counts in the median."""
+    times = [0.010] * (lead + 200)
+    waits = [0.005] * lead + [0.0] * 200
+    one, block = StallDetector(StallConfig()), StallDetector(StallConfig())
+    expected = [f for k in range(lead) for f in one.observe(StepRecord(k, times[k], waits[k]))]
+    got = list(block.observe_block(0, times[:lead], waits[:lead], False, False))
+    expected += [f for k in range(lead, len(times))
+                 for f in one.observe(StepRecord(k, times[k], waits[k]))]
+    got += block.observe_block(lead, times[lead:], waits[lead:], False, False)
+    assert key(got) == key(expected) and state(block) == state(one)
+    assert [f.kind for f in got][:1] == ["dataloader_stall"] * (lead == 16)
+
+
+def test_short_steps_are_summarised_in_longer_intervals_that_last_min_s():
+    """Steps of 1 ms, interval 50, min_s 0.1: each summary covers 100 steps, at most 1,000."""
+    times = StepTimes(interval=50, min_s=0.1)
+    got = times.add_block(0, [0.001] * 450, [0.0] * 450, False)
+    assert [s.steps for s in got] == [100, 100, 100, 100]  # 50 steps are 50 ms: too short
+    assert got[1].first_step == 100 and got[-1].last_step == 399  # 50 steps wait for more
+    tiny = StepTimes(interval=50, min_s=0.1)  # 1 us steps: capped at 1,000 per summary
+    assert [s.steps for s in tiny.add_block(0, [1e-6] * 2500, [0.0] * 2500, False)] == [1000] * 2
+    slow = StepTimes(interval=50, min_s=0.1)  # long steps: every 50 as before
+    assert [s.steps for s in slow.add_block(0, [0.01] * 120, [0.0] * 120, False)] == [50, 50]
+    assert slow.flush().steps == 20

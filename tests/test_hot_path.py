@@ -315,3 +315,20 @@ def test_the_report_marks_a_capture_recorded_during_an_export(tmp_path):
     marks = {c["directory"]: c["export_overlap"] for c in report["captures"]}
     assert marks == {"step000000-schedule": False, "step000001-schedule": True}
     assert "schedule (during an export)" in render_text(report)
+
+
+@pytest.mark.parametrize(("log_every", "rows"), [(None, [128] * 5), (41, [41] * 15 + [25])])
+def test_short_steps_are_summarised_every_half_second_unless_told(tmp_path, log_every, rows):
+    """~4 ms steps: by default a steps-file row per 0.5 s (128 steps); log_every_n_steps=41
+    keeps a row per 41 steps."""
+    clock = FakeClock(start=1024.0)
+    session = ProfilingSession(quiet_config(log_every_n_steps=log_every, stall=None,
+                                            slowdown=None, memory=None), tmp_path, clock=clock)
+    session.open()
+    for _ in range(640):
+        clock.now += 2.0 ** -8  # 3.9 ms, exact in binary: 128 steps per 0.5 s
+        session.step_end()
+    session.close()
+    steps_file = next(tmp_path.rglob("*.steps.jsonl"))
+    got = [json.loads(line)["steps"] for line in steps_file.read_text().splitlines()]
+    assert got == rows

@@ -103,7 +103,8 @@ def test_leaky_loop_is_flagged_with_its_rate_and_the_keeping_line(tmp_path):
     assert read_rss_mb() is not None
     model = torch.nn.Linear(16, 16)
     release()
-    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), **QUIET)
+    prof = StepProfiler(tmp_path, memory=MemoryConfig(sample_every_s=0), log_every_n_steps=50,
+                        **QUIET)  # a sample every 50 steps, however short they are
     with prof:
         for _ in range(2000):
             leaky_step(model, torch.randn(4, 16), 64 * 1024).backward()

@@ -59,7 +59,7 @@ class ProfilerCallback(TrainerCallback):
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
                  schedule: Schedule | None = Schedule(), trace: TraceOptions = TraceOptions(),
                  max_captures: int = 10, capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),

@@ -38,7 +38,8 @@ class StepProfiler:
         capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
         watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
         capture_file_poll_s: Seconds between checks for that file.
-        log_every_n_steps: Steps per step-time summary.
+        log_every_n_steps: Steps per step-time summary (``None``: 50, or as many as last
+            0.5 s when steps are shorter than 10 ms).
         tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
         capture_on_slowdown: Capture the slow steps when a slowdown is detected.
         ranks: Global ranks that write traces (``None``: all).
@@ -63,7 +64,7 @@ class StepProfiler:
     def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
                  trace: TraceOptions = TraceOptions(), max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int = 50,
+                 capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),

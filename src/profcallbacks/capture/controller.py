@@ -110,7 +110,7 @@ class CaptureController:
         self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
-        self._agreement = _agreement_for(rank, max(config.log_every_n_steps, MIN_AGREE_EVERY))
+        self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))
         early = self._planner.take_pending() if self._agreement is not None else None
         if early is not None and self._agreement is not None:  # asked for before training began
             self._agreement.hold(early)

@@ -81,7 +81,8 @@ class ProfilingSession:
             and config.capture_on_slowdown else None)
         self._memory = (MemoryMonitor(config.memory, self.logdir, rank=self.rank.rank)
                         if config.memory is not None else None)
-        self._times = StepTimes(interval=config.log_every_n_steps)
+        steps, min_s = config.summary_every
+        self._times = StepTimes(interval=steps, min_s=min_s)
         self._tensorboard: TensorBoardWriter | None = None
         self._publisher: SummaryPublisher | None = None
         self._findings_file: FindingsFile | None = None
@@ -345,7 +346,7 @@ class ProfilingSession:
         waits = self._waits[1:n + 1]
         self._first = first + n
         self._n = 0
-        self._block_len = _next_block_len(ends[n] - ends[0], n, self._block_s)
+        self._block_len = _next_block_len(times, self._block_s)
         publisher = self._publisher
         for summary in self._times.add_block(first, times, waits, captured):
             if publisher is not None:  # at the clock time its last step ended
@@ -522,8 +523,20 @@ def _prepare_logdir(logdir: Path) -> Path:
     return meta
 
 
-def _next_block_len(seconds: float, steps: int, limit_s: float = BLOCK_S) -> int:
-    """Steps in the next block: :data:`BLOCK_STEPS`, fewer when that would take over ``limit_s``."""
+def _next_block_len(times: list[float], limit_s: float = BLOCK_S) -> int:
+    """Steps in the next block: :data:`BLOCK_STEPS`, fewer when that would take over ``limit_s``
+    at the pace of ``times`` (the last block's), its slowest step left out: one long step (a
+    checkpoint, a log line) says nothing about the steps to come.
+
+    Example:
+        >>> _next_block_len([0.001] * 10), _next_block_len([0.01] * 10), _next_block_len([0.5])
+        (128, 25, 1)
+        >>> _next_block_len([0.001] * 9 + [0.2])  # one long step: the pace is still 1 ms
+        128
+    """
+    n = len(times)
+    seconds = sum(times) - max(times) if n > 1 else sum(times)
+    steps = n - 1 if n > 1 else n
     if seconds <= 0:
         return BLOCK_STEPS
     return max(1, min(BLOCK_STEPS, int(limit_s * steps / seconds)))

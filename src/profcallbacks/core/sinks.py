@@ -72,12 +72,13 @@ class TensorBoardWriter:
         buffer, self._buffer = self._buffer, []
         if out is None or not buffer:
             return
-        from torch.utils.tensorboard.summary import scalar
+        from tensorboard.compat.proto.summary_pb2 import Summary
 
         wall = time.time()
-        for values, step in buffer:
-            for tag, value in values.items():
-                out.append(_event(scalar(tag, value), step, wall), flush=False)
+        for values, step in buffer:  # one event per summary: its records cost ~0.1 us per byte
+            summary = Summary(value=[Summary.Value(tag=tag, simple_value=value)
+                                     for tag, value in values.items()])
+            out.append(_event(summary, step, wall), flush=False)
         out.flush()
 
     def finding(self, finding: Finding) -> None:

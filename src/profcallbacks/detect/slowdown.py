@@ -197,8 +197,31 @@ class SlowdownDetector:
         while k < n:
             k = self._quiet_segment(times, k, n)
             if k < n:
-                k = self._eventful_step(first, times, k, found)
+                if self.baseline_s is not None and not self.slow:
+                    k = self._open_segment(first, times, k, n, found)
+                else:
+                    k = self._eventful_step(first, times, k, found)
         return found
+
+    def _block_close(self, times: list[float], k: int, n: int) -> tuple[list[float], int, int]:
+        """Where the baseline block closes among the steps ``k`` to ``n - 1``.
+
+        Returns the block's running sums from step ``k`` on (``sums[0]`` is its time so far),
+        the closing step's offset from ``k`` (``n - k`` or more: not among them) and the end of
+        the segment that ends with the closing step (``n`` if it does not close).
+        """
+        sums = list(accumulate(times[k:n], initial=self._block_s))  # in step order: exact
+        lo = max(0, self.config.baseline_steps - len(self._block) - 1)
+        close = bisect_left(sums, self.config.baseline_block_s, lo + 1) - 1
+        close = min(close, _MAX_BLOCK_STEPS - len(self._block) - 1)
+        return sums, close, (k + close + 1 if close < n - k else n)
+
+    def _take(self, times: list[float], k: int, end: int, sums: list[float]) -> None:
+        """Add the steps ``k`` to ``end - 1`` to the recent steps and the baseline block."""
+        segment = times[k:end]
+        self._recent.extend(segment)
+        self._block.extend(segment)
+        self._block_s = sums[end - k]
 
     def _quiet_segment(self, times: list[float], k: int, n: int) -> int:
         """Take the steps from ``k`` on that only feed the baseline block (no CUSUM moves).
@@ -212,13 +235,7 @@ class SlowdownDetector:
                                                  or self._onset.score > 0.0)
         if not quiet:
             return k
-        block = self._block
-        # the step at which the block would close: len(block) >= size and block_s >= size_s
-        sums = list(accumulate(times[k:n], initial=self._block_s))  # in step order: exact
-        lo = max(0, self.config.baseline_steps - len(block) - 1)
-        close = bisect_left(sums, self.config.baseline_block_s, lo + 1) - 1
-        close = min(close, _MAX_BLOCK_STEPS - len(block) - 1)
-        end = k + close + 1 if close < n - k else n  # the segment ends with the closing step
+        sums, close, end = self._block_close(times, k, n)
         if self.baseline_s is not None:
             reference = self._onset_ref if self._onset_ref < self._cap_s else self._cap_s
             over = end
@@ -228,13 +245,69 @@ class SlowdownDetector:
                 end, close = over, n
         if end == k:
             return k
-        segment = times[k:end]
-        self._recent.extend(segment)
-        block.extend(segment)
-        self._block_s = sums[end - k]
+        self._take(times, k, end, sums)
         if end - k - 1 == close:
             self._close_block()
         return end
+
+    def _open_segment(self, first: int, times: list[float], k: int, n: int,
+                      found: list[Finding]) -> int:
+        """Steps from ``k`` on, outside an alerted slowdown, exactly as :meth:`observe` takes them.
+
+        The two CUSUMs (:meth:`_Stretch.add`, inlined) run in local variables: this is the
+        common case on a real machine, where every other step is a little over the onset
+        reference. Ends after the step that closes the baseline block or raises an alert, or at
+        ``n``. Returns the first step not taken.
+        """
+        sums, close, end = self._block_close(times, k, n)
+        cap, up_ref, on_ref = self._cap_s, self._up_ref, self._onset_ref
+        min_steps, min_s = self.config.min_steps, self.config.min_duration_s
+        up, on = self._up, self._onset
+        u_score, u_peak, u_first, u_steps, u_time, u_at = (
+            up.score, up.peak, up.first, up.steps, up.time_s, up.at_peak)
+        o_score, o_peak, o_first, o_steps, o_time, o_at = (
+            on.score, on.peak, on.first, on.steps, on.time_s, on.at_peak)
+        last, alert = end - 1, False
+        for i in range(k, end):
+            t = times[i]
+            capped = t if t < cap else cap
+            excess = capped - up_ref
+            if u_score > 0.0 or excess > 0.0:
+                if u_score <= 0.0:  # a new stretch begins at this step
+                    u_score, u_peak, u_first, u_steps, u_time = 0.0, 0.0, first + i, 0, 0.0
+                u_score += excess
+                u_steps += 1
+                u_time += t
+                u_at = u_score >= u_peak
+                if u_at:
+                    u_peak = u_score
+                if u_score < 0.0:
+                    u_score = 0.0
+            excess = capped - on_ref
+            if o_score > 0.0 or excess > 0.0:
+                if o_score <= 0.0:
+                    o_score, o_peak, o_first, o_steps, o_time = 0.0, 0.0, first + i, 0, 0.0
+                o_score += excess
+                o_steps += 1
+                o_time += t
+                o_at = o_score >= o_peak
+                if o_at:
+                    o_peak = o_score
+                if o_score < 0.0:
+                    o_score = 0.0
+            if u_at and u_score > 0.0 and u_steps >= min_steps and u_time >= min_s:
+                last, alert = i, True  # as _sustained(self._up)
+                break
+        up.score, up.peak, up.first, up.steps, up.time_s, up.at_peak = (
+            u_score, u_peak, u_first, u_steps, u_time, u_at)
+        on.score, on.peak, on.first, on.steps, on.time_s, on.at_peak = (
+            o_score, o_peak, o_first, o_steps, o_time, o_at)
+        self._take(times, k, last + 1, sums)
+        if alert:
+            found.append(self._alert(first + last))
+        if last - k == close:
+            self._close_block()
+        return last + 1
 
     def _eventful_step(self, first: int, times: list[float], k: int, found: list[Finding]) -> int:
         """Step ``k`` exactly as :meth:`observe` takes it (after the warm-up); returns ``k + 1``."""

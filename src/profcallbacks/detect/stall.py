@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
+from itertools import repeat
 from operator import add
 
 from profcallbacks.core.checks import check_int, check_number
@@ -154,7 +155,13 @@ class StallDetector:
         if after_pause:
             found += self._startup_wait(StepRecord(first, times[0], waits[0], False, True))
             i = 1
+        quiet = True  # try whole blocks at once until a block needs looking at
         while i < n:  # segments that end where one of our blocks closes, or at the end
+            if quiet and self._block_steps == 0 and self._episode is None:
+                j = self._quiet_blocks(first, times, waits, i, n)
+                quiet, i = j > i, j
+                if i >= n:
+                    break
             if self._block_steps == 0:
                 self._block_first = first + i
             j = min(n, i + self._block_len - self._block_steps)
@@ -175,6 +182,61 @@ class StallDetector:
                 found += self._close_block(first + j - 1)
             i = j
         return found
+
+    def _quiet_blocks(self, first: int, times: list[float], waits: list[float], i: int,
+                      n: int) -> int:
+        """Take the whole blocks from step ``i`` on at once when none of them can find anything.
+
+        That is when no episode is open, every share the median will see is under the
+        threshold, and no wait reaches an isolated-wait limit in force: the common case, where
+        going block by block (every 4 steps) would be most of this detector's cost. The state
+        left is the one block-by-block processing leaves. Returns the first step not taken
+        (``i``: none, do it block by block).
+        """
+        size, needed = self._block_len, self._needed
+        count = (n - i) // size
+        if count < needed:
+            return i
+        end = i + count * size
+        seg_times, seg_waits = times[i:end], waits[i:end]
+        # each block's sums left to right, as steps are added one by one (reduce, no frame)
+        wait_sums = list(map(reduce, repeat(add), zip(*[iter(seg_waits)] * size, strict=True)))
+        time_sums = list(map(reduce, repeat(add), zip(*[iter(seg_times)] * size, strict=True)))
+        shares = [w / t if t > 0 else 0.0 for w, t in zip(wait_sums, time_sums, strict=True)]
+        threshold = self.config.share_threshold
+        if max(shares) >= threshold or (self._shares and max(self._shares) >= threshold):
+            return i
+        # the reference step time is taken again at every block number that is 1 mod needed,
+        # from the step times the deque holds then
+        # the reference step time is taken again after each block numbered 1 mod ``needed``
+        retaken = [q for q in range(count) if (self._blocks_closed + q + 1) % needed == 1]
+        longest_wait = max(seg_waits)
+        if longest_wait < self.config.isolated_min_s:  # under every limit: only the last matters
+            retaken = retaken[-1:]
+        limits, reference = [self._isolated_limit_s], self._reference_s
+        for q in retaken:
+            reference = self._reference_at(seg_times, (q + 1) * size)
+            limits.append(max(self.config.isolated_min_s,
+                              self.config.isolated_factor * reference))
+        if longest_wait >= min(limits):
+            return i
+        self._step_times.extend(seg_times)
+        self._waits.extend(seg_waits)
+        for q in range(max(0, count - needed), count):  # only the last blocks are kept
+            self._blocks.append((first + i + q * size, first + i + (q + 1) * size - 1, size,
+                                 wait_sums[q], time_sums[q]))
+        self._shares.extend(shares)
+        self._blocks_closed += count
+        self._block_first = first + end - size
+        self._reference_s, self._isolated_limit_s = reference, limits[-1]
+        return end
+
+    def _reference_at(self, seg_times: list[float], taken: int) -> float:
+        """The median step time the deque would hold after ``taken`` more steps."""
+        span = self._step_times.maxlen or 0
+        if taken >= span:
+            return median(seg_times[taken - span:taken])
+        return median([*self._step_times, *seg_times[:taken]][-span:])
 
     def _close_block(self, last_step: int) -> list[Finding]:
         wait_s, time_s = self._block_wait_s, self._block_time_s

@@ -6,7 +6,7 @@ Runs a real CPU training loop (an MLP, Adam, a steady in-memory loader through
 - steady: ``--seconds`` of unchanged steps; any ``step_slowdown`` or ``dataloader_stall`` is
   a false alert.
 - slowed: ``--seconds`` of steady steps, then ``--seconds`` more with 30% busy work added to
-  each step (a spin loop of 0.3 x the measured step time). The first alert after the onset is
+  each step (a spin loop of 0.3 x the steady median step time). The first alert after the onset is
   the detection; its delay is given in steps and seconds, with the budget
   max(50 steps, min_duration_s + 5 s) and whether it was met ("open": an alert before the
   onset, from the machine itself slowing down, was still open, so no second alert was due).
@@ -88,7 +88,9 @@ def run(width: int, steady_s: float, slow_s: float, extra: float,
         config: SlowdownConfig) -> tuple[list[Finding], int | None, list[float], int]:
     """Findings, the onset step (None: steady run), each step's wall time, and steps run.
 
-    The busy work is ``extra`` x the median step time of the last 2 s of the steady phase.
+    The busy work is ``extra`` x the median step time of the steady phase: the run's typical
+    step, which a slowdown is measured against (the last seconds alone may be a fast or slow
+    stretch of the machine, making the injected slowdown smaller or larger than ``extra``).
     """
     step, data = make_step(width), batches(width)
     times: list[float] = []
@@ -105,8 +107,8 @@ def run(width: int, steady_s: float, slow_s: float, extra: float,
                     slowed = slow_s > 0 and last - start >= steady_s
                     if slowed and onset is None:
                         onset = i
-                        recent = sorted(_last_seconds(times, 2.0))
-                        extra_s = extra * recent[len(recent) // 2]
+                        steady = sorted(times[1:])
+                        extra_s = extra * steady[len(steady) // 2]
                     step(x)
                     if slowed:
                         spin(extra_s)
@@ -120,16 +122,6 @@ def run(width: int, steady_s: float, slow_s: float, extra: float,
                     continue
                 break
         return list(prof.findings), onset, times, i
-
-
-def _last_seconds(times: list[float], seconds: float) -> list[float]:
-    out, total = [], 0.0
-    for t in reversed(times):
-        out.append(t)
-        total += t
-        if total >= seconds:
-            break
-    return out
 
 
 def main() -> None:

@@ -81,6 +81,17 @@ def test_sustained_slowdown_of_short_steps_is_alerted_once_within_the_time_budge
         assert_message_agrees(alert)
 
 
+def test_a_mild_slow_stretch_before_the_change_is_not_its_first_slow_step():
+    """The machine runs 1.12x for 400 steps (4.5 s, under the threshold), then the job 1.3x:
+    the first slow step is the change, not the start of the mild stretch (the onset CUSUM's
+    change point), which it was before."""
+    levels = [1.0] * 20_000 + [1.12] * 400 + [1.3] * 3_000
+    findings, _, _ = feed(levels, noise="gauss5", spike_every=0)
+    (alert,) = of(findings, "step_slowdown")
+    assert abs(alert.details["first_slow_step"] - 20_400) <= 100, alert.details
+    assert_message_agrees(alert)
+
+
 @pytest.mark.parametrize("size", [1.25, 1.5, 2.0])
 def test_long_steps_are_alerted_within_50_steps(size):
     """2 s steps: min_steps decides (5 s is 3 steps), and the first slow step is near exact."""

@@ -22,7 +22,10 @@ wall time without its pauses, so no clock is read):
 - Message. The alert quotes the stretch from its first slow step: its mean step time (at or
   above the threshold by construction), ratio, steps and seconds. The first slow step is the
   change point of a second CUSUM with reference halfway to the threshold, when the stretch from
-  there is still at or above the threshold, else the first step of the alerted stretch.
+  there is still at or above the threshold and the steps it adds before the alerted stretch are
+  slow themselves (their mean is past halfway from the baseline to the alerted stretch's: else
+  they are a mild slow stretch of the machine before the change), else the first step of the
+  alerted stretch.
 - Recovery: the mirror image (steps below ``recover_threshold`` x baseline for ``min_steps``
   steps and ``min_duration_s`` seconds): an info finding ``step_speed_recovered``.
 - Re-baselining: an alerted slowdown still going on after ``rebaseline_after_steps`` steps and
@@ -376,7 +379,12 @@ class SlowdownDetector:
         up, onset = self._up, self._onset
         stretch = up
         if onset.steps and onset.first <= up.first and onset.time_s / onset.steps >= self._up_ref:
-            stretch = onset
+            # the steps the onset stretch adds before the alerted one: slow (the change began
+            # there), or closer to the baseline (a mild stretch of the machine before it)?
+            lead_steps, lead_s = onset.steps - up.steps, onset.time_s - up.time_s
+            midway = (base + up.time_s / up.steps) / 2
+            if lead_steps <= 0 or lead_s / lead_steps >= midway:
+                stretch = onset
         first, steps, time_s = stretch.first, stretch.steps, stretch.time_s
         observed = time_s / steps
         ratio = observed / base

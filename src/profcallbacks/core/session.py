@@ -32,6 +32,7 @@ MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
+_NO_WAITS = [0.0] * BLOCK_STEPS
 BLOCK_S = 0.25
 """Target seconds per block: blocks of slow steps are shorter (at least one step). A shorter
 ``capture_file_poll_s`` or memory ``sample_every_s`` shortens blocks to that period."""
@@ -88,7 +89,8 @@ class ProfilingSession:
         self._findings_file: FindingsFile | None = None
         self._lock: RunLock | None = None
         # The block buffer: _ends[0] is when the block's first step began, _ends[k] when its
-        # k-th step ended; _waits[k] that step's data wait. Filled by step_end() alone.
+        # k-th step ended (stored by step_end()); _waits[k] that step's data wait (added to by
+        # data_wait() and batch_arrived(), zeroed when a block begins).
         self._ends = [0.0] * (BLOCK_STEPS + 1)
         self._waits = [0.0] * (BLOCK_STEPS + 1)
         self._n = 0  # steps in the block so far
@@ -104,7 +106,6 @@ class ProfilingSession:
         if config.memory is not None:
             periods.append(config.memory.sample_every_s)
         self._block_s = min(periods)
-        self._data_wait = 0.0
         self._wait_from = 0.0
         self._paused = False
         self._device_timer: DeviceStepTimer | None = None
@@ -212,7 +213,7 @@ class ProfilingSession:
 
     def data_wait(self, seconds: float) -> None:
         """Add ``seconds`` spent waiting for a batch of the current step."""
-        self._data_wait += seconds
+        self._waits[self._n + 1] += seconds  # the current step's slot: step_end() stores none
 
     def batch_arrived(self) -> None:
         """A batch of the current step is in hand (for front ends with hooks, not iterators).
@@ -220,7 +221,8 @@ class ProfilingSession:
         The time since the step began, or since the last ``batch_done()``, counts as data wait.
         """
         began = self._ends[self._n]
-        self._data_wait += self._clock() - (began if began > self._wait_from else self._wait_from)
+        self._waits[self._n + 1] += (self._clock()
+                                     - (began if began > self._wait_from else self._wait_from))
 
     def batch_done(self) -> None:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
@@ -263,15 +265,13 @@ class ProfilingSession:
     def step_end(self) -> None:
         """The current optimizer step is complete.
 
-        The hot path: a clock read, stores into the block buffer and one comparison. Everything
+        The hot path: a clock read, a store into the block buffer and one comparison. Everything
         else (detectors, summaries, triggers, windows) runs in ``_attend`` once per block.
         """
         now = self._clock()
         n = self._n + 1
         self._n = n
         self._ends[n] = now
-        self._waits[n] = self._data_wait
-        self._data_wait = 0.0
         if n >= self._due:
             self._attend(now)
 
@@ -404,7 +404,7 @@ class ProfilingSession:
             attention = min(attention, max(self._baseline_step, step + 1))
         self._due = max(1, min(self._block_len, attention - step))
         self._block_start_ns = wall_ns() if active is not None else 0
-        self._data_wait = 0.0
+        self._waits[1:] = _NO_WAITS  # waits added while paused belong to no step
         self._ends[0] = self._wait_from = self._clock()
 
     def _emit_capture_findings(self) -> None:

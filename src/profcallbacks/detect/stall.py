@@ -206,9 +206,8 @@ class StallDetector:
         threshold = self.config.share_threshold
         if max(shares) >= threshold or (self._shares and max(self._shares) >= threshold):
             return i
-        # the reference step time is taken again at every block number that is 1 mod needed,
+        # the reference step time is taken again after each block numbered 1 mod ``needed``,
         # from the step times the deque holds then
-        # the reference step time is taken again after each block numbered 1 mod ``needed``
         retaken = [q for q in range(count) if (self._blocks_closed + q + 1) % needed == 1]
         longest_wait = max(seg_waits)
         if longest_wait < self.config.isolated_min_s:  # under every limit: only the last matters

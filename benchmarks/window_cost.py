@@ -16,6 +16,7 @@ of (step time - median step time of the W steps before the window). Goal: ours <
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import statistics
 import tempfile
@@ -150,6 +151,8 @@ def main() -> None:
             runs = [("ours", run_ours), ("torch", run_torch)]
             for label, run in runs if r % 2 == 0 else runs[::-1]:
                 times = run(step)
+                gc.collect()  # each run frees its own garbage, not the next run (torch's
+                # profiler sits in a reference cycle with its recorded events until collected)
                 (ours if label == "ours" else theirs).append(excess_s(times))
                 base.append(statistics.median(times[:BEFORE]))
         print(f"\n{name}: step {statistics.median(base) * 1e3:.1f} ms; extra training time per "

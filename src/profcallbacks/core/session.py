@@ -245,6 +245,7 @@ class ProfilingSession:
         self._paused = True
         if self._auditing:
             self._stop_audit(cancel=True)
+        self._captures.release_retired()  # between steps: free the last capture's events
 
     def resume(self) -> None:
         """The work between steps is over: the next step starts timing now."""

@@ -103,6 +103,33 @@ def test_each_step_range_is_one_optimizer_step_and_its_micro_batches(tmp_path, a
             assert sum(inside(event, s) for s in steps) == 1, name
 
 
+class ManualEveryOther(Tiny):
+    """Manual optimization that steps the optimizer on even batches only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        loss = self.net(batch[0]).pow(2).mean()
+        self.manual_backward(loss)
+        if batch_idx % 2 == 0:
+            optimizer = self.optimizers()
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss
+
+
+def test_manual_optimization_counts_only_batches_that_step(tmp_path):
+    callback = ProfilerCallback(schedule=Schedule(skip_first=2, warmup=1, active=2),
+                                log_every_n_steps=1, tensorboard_scalars=False)
+    trainer = fit(tmp_path, callback, batches=20, max_epochs=1, model=ManualEveryOther())
+    logdir = Path(trainer.log_dir)
+    rows = [json.loads(line) for line in (logdir / "profcallbacks/rank0.steps.jsonl").open()]
+    assert [r["first_step"] for r in rows] == list(range(10)) == list(range(trainer.global_step))
+    assert captured_steps(logdir) == {"step000003-schedule": [3, 4]}
+
+
 def test_validation_epoch_ends_and_checkpoints_belong_to_no_step(tmp_path):
     callback = ProfilerCallback(schedule=Schedule(skip_first=3, warmup=1, active=4),
                                 log_every_n_steps=1, tensorboard_scalars=False)

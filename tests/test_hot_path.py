@@ -346,16 +346,17 @@ def test_the_report_marks_a_capture_recorded_during_an_export(tmp_path):
     assert "schedule (during an export)" in render_text(report)
 
 
-@pytest.mark.parametrize(("log_every", "rows"), [(None, [128] * 5), (41, [41] * 15 + [25])])
-def test_short_steps_are_summarised_every_half_second_unless_told(tmp_path, log_every, rows):
-    """~4 ms steps: by default a steps-file row per 0.5 s (128 steps); log_every_n_steps=41
+@pytest.mark.parametrize(("log_every", "rows"), [(None, [205] * 5), (41, [41] * 25)])
+def test_short_steps_are_summarised_every_fifth_of_a_second_unless_told(tmp_path, log_every,
+                                                                          rows):
+    """~1 ms steps: by default a steps-file row per 0.2 s (205 steps); log_every_n_steps=41
     keeps a row per 41 steps."""
     clock = FakeClock(start=1024.0)
     session = ProfilingSession(quiet_config(log_every_n_steps=log_every, stall=None,
                                             slowdown=None, memory=None), tmp_path, clock=clock)
     session.open()
-    for _ in range(640):
-        clock.now += 2.0 ** -8  # 3.9 ms, exact in binary: 128 steps per 0.5 s
+    for _ in range(1025):
+        clock.now += 2.0 ** -10  # 0.98 ms, exact in binary: 204.8 steps per 0.2 s
         session.step_end()
     session.close()
     steps_file = next(tmp_path.rglob("*.steps.jsonl"))

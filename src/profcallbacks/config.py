@@ -37,8 +37,8 @@ class ProfilerConfig:
         watch_capture_file: Start a capture when a file named ``CAPTURE`` appears in logdir.
         capture_file_poll_s: Seconds between checks for that file.
         log_every_n_steps: Steps per logged step-time summary (scalars and steps file).
-            ``None``: 50 steps, or as many as last ``SUMMARY_MIN_S`` = 0.5 s when steps are
-            shorter than 10 ms (at most 1,000): fewer rows and TensorBoard points for fast
+            ``None``: 50 steps, or as many as last ``SUMMARY_MIN_S`` = 0.2 s when steps are
+            shorter than 4 ms (at most 1,000): fewer rows and TensorBoard points for fast
             loops, whose publishing would otherwise cost ~3 us per 0.25 ms step.
         tensorboard_scalars: Write ``profcallbacks/*`` scalars and findings with a SummaryWriter.
         capture_on_slowdown: A slowdown alert starts a capture of the slow steps.

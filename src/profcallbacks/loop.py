@@ -39,7 +39,7 @@ class StepProfiler:
         watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
         capture_file_poll_s: Seconds between checks for that file.
         log_every_n_steps: Steps per step-time summary (``None``: 50, or as many as last
-            0.5 s when steps are shorter than 10 ms).
+            0.2 s when steps are shorter than 4 ms).
         tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
         capture_on_slowdown: Capture the slow steps when a slowdown is detected.
         ranks: Global ranks that write traces (``None``: all).

@@ -18,7 +18,8 @@ plain:     bare loop | StepProfiler (defaults but capture_on_slowdown=False: win
            | torch.profiler alive in its wait phase
 lightning: one Trainer.fit; a switch callback (present in every block) puts ProfilerCallback
            (default options, no scheduled window), or an empty Callback (what any callback costs
-           in Lightning's hook machinery), in or out of trainer.callbacks between blocks
+           in Lightning's hook machinery), in or out of trainer.callbacks between blocks, or
+           Lightning's SimpleProfiler in or out of trainer.profiler
 hf:        one Trainer.train; the same with the HF ProfilerCallback and an empty TrainerCallback
 """
 
@@ -177,7 +178,8 @@ class _Switch:
         wanted = wanted if wanted in self.variants else None
         if wanted != self.current and self.current is not None:
             callback, _, off = self.variants[self.current]
-            self.callbacks.remove(callback)
+            if callback is not None:
+                self.callbacks.remove(callback)
             off()  # timed with the block: it processes the block's last buffered steps
         now = time.perf_counter()
         if self.block >= 0:
@@ -186,7 +188,8 @@ class _Switch:
         if wanted != self.current:
             if wanted is not None:
                 callback, on, _ = self.variants[wanted]
-                self.callbacks.append(callback)
+                if callback is not None:
+                    self.callbacks.append(callback)
                 on()
             self.current = wanted
         self.start = time.perf_counter()
@@ -202,6 +205,7 @@ def _nothing() -> None:
 
 def lightning(rounds: int, steps: int) -> bool:
     import lightning.pytorch as pl
+    from lightning.pytorch.profilers import SimpleProfiler
     from torch.utils.data import DataLoader, TensorDataset
 
     from profcallbacks.lightning import ProfilerCallback
@@ -217,12 +221,20 @@ def lightning(rounds: int, steps: int) -> bool:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=1e-3)
 
-    plan = Rounds(["ProfilerCallback (defaults)", "empty Callback (control)"], rounds)
+    plan = Rounds(["ProfilerCallback (defaults)", "empty Callback (control)",
+                   "Trainer(profiler=SimpleProfiler())"], rounds)
     ours = ProfilerCallback(schedule=None, capture_on_slowdown=False)
+    simple = SimpleProfiler()
 
     class SwitchCallback(pl.Callback):
         def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
             switch.tick()
+
+    def simple_on() -> None:
+        trainer.profiler = simple  # Lightning's own: a start/stop pair around every hook
+
+    def simple_off() -> None:
+        trainer.profiler = ours._fetch_timer.inner
 
     def on() -> None:
         trainer.profiler = ours._fetch_timer
@@ -238,7 +250,9 @@ def lightning(rounds: int, steps: int) -> bool:
                              enable_model_summary=False, callbacks=[SwitchCallback(), ours])
         switch = _Switch(plan, steps, {"ProfilerCallback (defaults)": (ours, on, off),
                                        "empty Callback (control)": (pl.Callback(), _nothing,
-                                                                    _nothing)})
+                                                                    _nothing),
+                                       "Trainer(profiler=SimpleProfiler())": (None, simple_on,
+                                                                              simple_off)})
         switch.callbacks = trainer.callbacks
         switch.current = "ProfilerCallback (defaults)"  # in the list for on_train_start
         trainer.fit_loop.epoch_loop.max_steps = switch.total_steps

@@ -128,3 +128,27 @@ def test_step_outside_the_with_block_warns_once_and_does_nothing(tmp_path, caplo
         "profcallbacks: step() called while the profiler is not running (use `with prof:` or "
         "call it between open and close); ignored."]
     assert prof.session.step == 0 and not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_a_raw_trace_orjson_refuses_is_still_written(tmp_path):
+    """NaN in the raw trace (orjson will not read it) and an integer beyond 64 bits (orjson will
+    not write it): the standard library takes over and the capture is published."""
+    import json
+
+    from profcallbacks.capture.export import CaptureWriter, raw_trace_path
+    from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
+    from profcallbacks.core.ranks import RankInfo
+
+    info = CaptureInfo("step000003-manual", "manual", 3, (StepSpan(3, 10_000, 20_000),), False,
+                       os.getpid(), 1, RankInfo())
+    raw = raw_trace_path(tmp_path, info)
+    raw.parent.mkdir(parents=True)
+    raw.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": NaN, '
+                   '"args": {"id": 1180591620717411303424}}], "baseTimeNanoseconds": 0}')
+    writer = CaptureWriter(tmp_path)
+    writer.export(raw, info)
+    assert writer.failures == 0 and [p.name for p in writer.exported] == [info.name]
+    (trace_file,) = (tmp_path / info.name).glob("*.pt.trace.json.gz")
+    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
+    assert trace["traceEvents"][0]["args"]["id"] == 2 ** 70
+    assert trace["profcallbacks"]["steps"] == [3]

@@ -43,13 +43,30 @@ for a file ~20% larger."""
 try:  # optional (profcallbacks[report]): parses a trace 1.5x, writes it 8x faster than json
     import orjson
 
-    _decode: Callable[[bytes], Any] = orjson.loads
-    _encode: Callable[[Any], bytes] = orjson.dumps
+    _ORJSON: Any = orjson
 except ImportError:  # pragma: no cover - exercised where orjson is absent
-    _decode = json.loads
+    _ORJSON = None
 
-    def _encode(trace: Any) -> bytes:
-        return json.dumps(trace, separators=(",", ":")).encode()
+
+def _decode(data: bytes) -> Any:
+    """The raw trace, parsed; the standard library where orjson refuses it (NaN, Infinity)."""
+    if _ORJSON is not None:
+        try:
+            return _ORJSON.loads(data)
+        except _ORJSON.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
+def _encode(trace: Any) -> bytes:
+    """The trace as compact JSON; the standard library where orjson refuses it (an integer
+    beyond 64 bits, a non-string key)."""
+    if _ORJSON is not None:
+        try:
+            return bytes(_ORJSON.dumps(trace))
+        except _ORJSON.JSONEncodeError:
+            pass
+    return json.dumps(trace, separators=(",", ":")).encode()
 
 
 def _collector_paused() -> contextlib.AbstractContextManager[None]:

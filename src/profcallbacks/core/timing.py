@@ -144,6 +144,8 @@ class StepTimes:
 
     def _due_steps(self) -> int:
         """Steps of the next summary: ``interval``, or more until they last ``min_s`` (0: wait)."""
+        if self._min_s <= 0:
+            return self._interval
         if self._pending_s < self._min_s and len(self._times) < MAX_SUMMARY_STEPS:
             return 0  # cheap: most blocks of short steps end here
         if sum(self._times[:self._interval]) >= self._min_s:

@@ -80,11 +80,13 @@ def detectors():
 
 
 def state(detector) -> dict:
-    """What a detector carries from one step to the next (its attributes, deques as lists)."""
-    return {name: list(value) if isinstance(value, deque) else value
+    """What a detector carries from one step to the next (its attributes, deques as lists,
+    slotted records such as the slowdown CUSUMs as their field values)."""
+    return {name: list(value) if isinstance(value, deque)
+            else tuple(getattr(value, f) for f in value.__slots__) if hasattr(value, "__slots__")
+            else value
             for name, value in vars(detector).items()
-            if name not in ("config", "loader", "_gather") and not callable(value)
-            and not hasattr(value, "__slots__")}
+            if name not in ("config", "loader", "_gather") and not callable(value)}
 
 
 def key(findings) -> list[tuple]:

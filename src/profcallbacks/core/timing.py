@@ -148,8 +148,6 @@ class StepTimes:
             return self._interval
         if self._pending_s < self._min_s and len(self._times) < MAX_SUMMARY_STEPS:
             return 0  # cheap: most blocks of short steps end here
-        if sum(self._times[:self._interval]) >= self._min_s:
-            return self._interval
         sums = list(accumulate(self._times[:MAX_SUMMARY_STEPS]))  # rising: step times are >= 0
         reached = bisect_left(sums, self._min_s) + 1  # steps up to the first sum >= min_s
         if reached > len(sums):

@@ -74,7 +74,7 @@ def plain_loop(logdir, dataset, steps, options, model=SyncModel):
     return prof.findings
 
 
-def lightning_trainer(logdir, dataset, steps, options, model=SyncModel):
+def lightning_trainer(logdir, dataset, steps, options, model=SyncModel, logger=False):
     pl = pytest.importorskip("lightning.pytorch")
     try:
         from profcallbacks.lightning import ProfilerCallback
@@ -94,14 +94,14 @@ def lightning_trainer(logdir, dataset, steps, options, model=SyncModel):
 
     torch.manual_seed(0)
     callback = ProfilerCallback(logdir, **options)
-    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", logger=False, callbacks=[callback],
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", logger=logger, callbacks=[callback],
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=str(logdir))
     trainer.fit(Module(), DataLoader(dataset, batch_size=2))
     return callback.findings
 
 
-def hf_trainer(logdir, dataset, steps, options, model=SyncModel):
+def hf_trainer(logdir, dataset, steps, options, model=SyncModel, report_to=(), logging_steps=0):
     transformers = pytest.importorskip("transformers")
     try:
         from profcallbacks.hf import ProfilerCallback
@@ -120,7 +120,8 @@ def hf_trainer(logdir, dataset, steps, options, model=SyncModel):
     callback = ProfilerCallback(logdir, **options)
     args = transformers.TrainingArguments(
         output_dir=str(logdir / "out"), max_steps=steps, per_device_train_batch_size=2,
-        use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+        use_cpu=True, report_to=list(report_to), save_strategy="no",
+        logging_strategy="steps" if logging_steps else "no", logging_steps=logging_steps or 500,
         dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
     transformers.Trainer(model=Model(), args=args, train_dataset=dataset,
                          callbacks=[callback]).train()

@@ -30,6 +30,8 @@ from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.integrations.base import RunLog, close_quietly
+from profcallbacks.integrations.report_to import report_to_sinks
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,10 @@ class ProfilerCallback(TrainerCallback):
 
     A step is one optimizer step: its micro-batches' fetch, forward and backward, and the
     optimizer step. Logging, evaluation and checkpoint saving between steps belong to no step.
-    Options are those of :class:`~profcallbacks.StepProfiler`.
+    Options are those of :class:`~profcallbacks.StepProfiler`. Step-time scalars and findings
+    go to the W&B and MLflow runs that ``report_to`` integrations opened
+    (:mod:`profcallbacks.integrations.report_to`) and into the TensorBoard event file in
+    ``logdir``; the scalars also join the Trainer's next logs (``trainer_state.json``).
 
     Args:
         logdir: Directory for traces, scalars and findings. ``None``: where the Trainer's
@@ -75,6 +80,7 @@ class ProfilerCallback(TrainerCallback):
         self._requests: list[int | None] = []
         self._metrics = _LatestMetrics()
         self._closer: weakref.finalize | None = None
+        self._report_to: list[RunLog] = []
 
     @property
     def findings(self) -> list[Finding]:
@@ -106,6 +112,9 @@ class ProfilerCallback(TrainerCallback):
             if failed and error is not None:
                 self.session.on_exception(error)
             self.session.close(failed=failed)
+            for sink in self._report_to:
+                close_quietly(sink)
+            self._report_to = []
 
     @override
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
@@ -113,11 +122,14 @@ class ProfilerCallback(TrainerCallback):
         self.close()  # a retry (auto_find_batch_size) after a failed train(): end that one first
         rank = RankInfo.detect()
         logdir = self.logdir or tensorboard_logdir(args, state, rank)
+        self._report_to = report_to_sinks(args.report_to) if state.is_world_process_zero else []
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
                                    detectors=default_detectors(self.config, rank),
-                                   metrics_sinks=[self._metrics.update],
+                                   metrics_sinks=[self._metrics.update, *self._report_to],
                                    start_step=state.global_step,
                                    log_findings=state.is_world_process_zero)
+        for sink in self._report_to:  # findings into the W&B / MLflow runs the Trainer opened
+            session.add_finding_handler(sink.finding)
         for steps in self._requests:  # asked for before train(): the window starts at once
             session.request_capture(steps, trigger="manual")
         self._requests.clear()
@@ -163,7 +175,7 @@ class ProfilerCallback(TrainerCallback):
             return
         values = self._metrics.take()
         if values and logs is not None:
-            logs.update(values)  # callbacks after this one (printer, later integrations) see them
+            logs.update(values)  # callbacks after this one (the printer) see them
             if state.log_history and state.log_history[-1].get("step") == state.global_step:
                 state.log_history[-1].update(values)  # and trainer_state.json keeps them
         self._resume_when_done(args, control, after_evaluate=False)

@@ -31,6 +31,8 @@ from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.integrations.base import close_quietly
+from profcallbacks.integrations.lightning_loggers import LoggerFindings
 from profcallbacks.lightning_fetch import FetchTimer
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,8 @@ class ProfilerCallback(Callback):
     The other options are :class:`~profcallbacks.StepProfiler`'s, with two Lightning specifics:
     ``max_captures`` counts the captures of the run before a resume, and ``tensorboard_scalars``
     is turned off on rank 0 when a ``TensorBoardLogger`` already writes to ``logdir`` (the
-    scalars go through the Trainer's loggers).
+    scalars go through the Trainer's loggers). Scalars and findings reach every logger of the
+    Trainer (:class:`~profcallbacks.integrations.lightning_loggers.LoggerFindings`).
 
     Example:
         >>> callback = ProfilerCallback(schedule=Schedule(skip_first=10, active=5))
@@ -83,6 +86,7 @@ class ProfilerCallback(Callback):
         self._other_kineto = False
         self._trainer: Any = None
         self._fetch_timer: FetchTimer | None = None
+        self._logger_findings: list[LoggerFindings] = []
 
     @property
     def findings(self) -> list[Finding]:
@@ -140,6 +144,9 @@ class ProfilerCallback(Callback):
             detectors=default_detectors(config, rank),
             metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
             start_step=trainer.global_step, log_findings=trainer.is_global_zero)
+        self._logger_findings = [LoggerFindings(logger) for logger in trainer.loggers]
+        for sink in self._logger_findings:  # findings where the run's metrics go, too
+            self.session.add_finding_handler(sink)
         self.session.restore(captures_started=self._captures_started)
         for steps, trigger in self._pending_captures:
             self.session.request_capture(steps, trigger)
@@ -221,6 +228,9 @@ class ProfilerCallback(Callback):
             self._trainer.profiler = self._fetch_timer.inner  # nothing of ours stays installed
         self._trainer = None
         session.close(failed=failed)
+        for sink in self._logger_findings:
+            close_quietly(sink)
+        self._logger_findings = []
         self._captures_started = session.captures_started
         self._earlier_captures += session.captures
         self._findings = session.findings

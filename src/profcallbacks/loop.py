@@ -15,14 +15,17 @@ from torch.utils.data import DataLoader
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
+from profcallbacks.core.checks import fail
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
+from profcallbacks.core.sinks import MetricsSink
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.integrations.base import RunLog, close_quietly
 
 T = TypeVar("T")
 
@@ -53,6 +56,12 @@ class StepProfiler:
         baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
             when no capture was taken yet, so a later slowdown capture can be explained.
         on_finding: Called with each :class:`Finding` as it is made.
+        metrics_sink: Called with each summary's scalars and its last step,
+            ``sink({"profcallbacks/step_time_ms": 4.2, ...}, 199)`` (a ``MetricsSink``). A
+            :class:`~profcallbacks.integrations.base.RunLog` such as
+            :class:`~profcallbacks.integrations.wandb_run.WandbSink` or
+            :class:`~profcallbacks.integrations.mlflow_run.MlflowSink` gets the findings too and
+            is closed when the profiler closes.
 
     Example:
         >>> prof = StepProfiler("runs/exp1", schedule=Schedule(skip_first=10, active=5))
@@ -72,11 +81,20 @@ class StepProfiler:
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 on_finding: FindingHandler | None = None) -> None:
+                 on_finding: FindingHandler | None = None,
+                 metrics_sink: MetricsSink | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
+        if metrics_sink is not None and not callable(metrics_sink):
+            raise fail("StepProfiler", "metrics_sink", metrics_sink,
+                       "a callable taking (scalars: dict[str, float], step: int), or None",
+                       fix="Use e.g. metrics_sink=WandbSink(run) or MlflowSink().")
         rank = RankInfo.detect()
+        self._metrics_sink = metrics_sink
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
-                                        detectors=default_detectors(config, rank))
+                                        detectors=default_detectors(config, rank),
+                                        metrics_sinks=[metrics_sink] if metrics_sink else [])
+        if isinstance(metrics_sink, RunLog):
+            self.session.add_finding_handler(metrics_sink.finding)
 
     def __enter__(self) -> StepProfiler:
         self.session.open()
@@ -89,6 +107,8 @@ class StepProfiler:
             self.session.on_exception(exc)  # out_of_memory is written before the error propagates
         self.__dict__.pop("step", None)
         self.session.close(failed=exc_type is not None)
+        if isinstance(self._metrics_sink, RunLog):
+            close_quietly(self._metrics_sink)
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
         """Yields from ``iterable``, timing how long each item took to arrive.

@@ -161,6 +161,10 @@ class ProfilingSession:
         """A capture window is open: torch.profiler is running for the current step."""
         return self._captures.active is not None
 
+    def add_finding_handler(self, handler: FindingHandler) -> None:
+        """Hand every finding from now on to ``handler`` too (a tracker's sink)."""
+        self._router.add_handler(handler)
+
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
         self._router.emit(finding)

@@ -1,0 +1,97 @@
+"""The contract every tracker backend meets, and what they share: finding counts and rows."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections import Counter
+from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
+
+from profcallbacks.findings import Finding
+
+FINDINGS_KEY = "profcallbacks/findings"
+"""Name of the findings table (W&B) or artifact stem (MLflow), and prefix of the count scalars."""
+FINDING_COLUMNS = ["step", "rank", "kind", "severity", "message"]
+"""Columns of a findings table, one row per finding."""
+
+
+@runtime_checkable
+class RunLog(Protocol):
+    """A run in an experiment tracker: a ``MetricsSink`` that takes findings too.
+
+    ``sink(values, step)`` logs ``{"profcallbacks/step_time_ms": ...}`` at a step,
+    ``sink.finding(f)`` logs one :class:`~profcallbacks.Finding` and ``sink.close()`` writes
+    what is left (the findings table). None of them raises into training: a backend that fails
+    is disabled by the profiler with one warning.
+
+    Example:
+        >>> class Printed:
+        ...     def __call__(self, values, step): print(step, values)
+        ...     def finding(self, finding): print(finding.kind)
+        ...     def close(self): pass
+        >>> isinstance(Printed(), RunLog)
+        True
+    """
+
+    def __call__(self, values: dict[str, float], step: int) -> None: ...
+
+    def finding(self, finding: Finding) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FindingCounts:
+    """How many findings of each kind were made so far, as scalars a tracker can plot.
+
+    Example:
+        >>> counts = FindingCounts()
+        >>> counts.add(Finding("sync_point", step=3, rank=0, severity="warning", message="m"))
+        {'profcallbacks/findings/sync_point': 1.0}
+    """
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+
+    def add(self, finding: Finding) -> dict[str, float]:
+        """Count ``finding``; returns its kind's new count under ``profcallbacks/findings/<kind>``."""
+        self._counts[finding.kind] += 1
+        return {f"{FINDINGS_KEY}/{finding.kind}": float(self._counts[finding.kind])}
+
+
+def finding_row(finding: Finding) -> list[Any]:
+    """``finding`` as a row under :data:`FINDING_COLUMNS`."""
+    return [finding.step, finding.rank, finding.kind, finding.severity, finding.message]
+
+
+def findings_jsonl(findings: list[Finding]) -> str:
+    """Findings as JSON lines, the format of the run's own findings file."""
+    return "".join(json.dumps(f.to_dict(), default=str) + "\n" for f in findings)
+
+
+def finding_markdown(finding: Finding) -> str:
+    """One finding as a line of Markdown (TensorBoard text, W&B and MLflow notes)."""
+    return (f"**{finding.severity}** step {finding.step} rank {finding.rank} "
+            f"`{finding.kind}`: {finding.message}")
+
+
+def require(module: str, extra: str, what: str) -> ModuleType:
+    """Import ``module`` or raise an ``ImportError`` naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{what} needs the {module!r} package ({exc}): "
+                          f"pip install 'profcallbacks[{extra}]'") from exc
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def close_quietly(sink: Closable) -> None:
+    """``sink.close()``, with a warning instead of an error: the run's end never fails on it."""
+    try:
+        sink.close()
+    except Exception as exc:
+        logging.getLogger(__name__).warning("profcallbacks: %r could not be closed (%s).", sink, exc)

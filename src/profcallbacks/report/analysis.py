@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report import gpu as gpu_mod
 from profcallbacks.report.events import scan
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.host import host_side
 from profcallbacks.report.verdict import decide
 
@@ -42,7 +42,7 @@ def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
     metrics["steps"] = len(host["per_step"])
     metrics["gpu"] = gpu
     metrics["top_syncs"] = [dict(r, ms=r["ms"] / n_steps) for r in host["top_syncs"]]
-    ops = [(n, r) for n, r in cpu_ops.items() if not n.startswith(DATALOADER_PREFIXES)]
+    ops = [(n, r) for n, r in cpu_ops.items() if not n.startswith(LOADER_PREFIXES)]
     metrics["top_cpu_ops"] = [{"name": n, "self_ms": r[1] / n_steps}
                               for n, r in sorted(ops, key=lambda kv: -kv[1][1])[:top]]
     return {"gpu": gpu, "gpu_breakdown": gpu_mod.public(gpu), "host": host, "metrics": metrics,

@@ -116,6 +116,9 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                                      f"malformed event(s), e.g. {summary.bad_example}"})
                 if capture.trigger not in UNHEALTHY_TRIGGERS:
                     healthy.append(summary)
+                not_understood = summary.format.problem()
+                if not_understood:
+                    problems.append({"file": str(path), "error": not_understood})
                 analysis = summary.analysis or {}
                 problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
                              if not (summary.bad_events and p.startswith("skipped"))]  # said above
@@ -125,7 +128,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
                              host_steps=analysis.get("host", {}).get("per_step", []),
-                             export_overlap=summary.export_overlap)
+                             export_overlap=summary.export_overlap,
+                             trace_format=summary.format.public())
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
@@ -144,8 +148,11 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])
+    foreign = not (run.steps_files or run.findings_files) and all(c.trigger is None
+                                                                  for c in run.captures)
     return {
         "schema_version": SCHEMA_VERSION,
+        "foreign": foreign,
         "generator": f"profcallbacks {__version__}",
         "logdir": str(run.root),
         "world_size": world_size,

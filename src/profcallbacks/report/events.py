@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event
+from profcallbacks.report.generations import LOADER_PREFIXES
 
 Interval = tuple[float, float]
 Row = tuple[float, float, str, int, int]  # ts, end, name, stream, correlation (us)
@@ -26,7 +26,7 @@ SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaE
                         "aten::item"})
 COMM_PREFIXES = ("nccl:", "c10d::", "record_param_comms")
 STEP_PREFIX = "ProfilerStep#"
-_MARKED = (STEP_PREFIX, *DATALOADER_PREFIXES, "Optimizer.step#", *COMM_PREFIXES)
+_MARKED = (STEP_PREFIX, *LOADER_PREFIXES, "Optimizer.step#", *COMM_PREFIXES)
 _HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 
 
@@ -144,7 +144,7 @@ def _marked(out: Scan, ts: float, end: float, name: str, args: Any) -> None:
         out.step_names.add(name)
         out.host.append((math.ceil(ts) if isinstance(ts, float) else ts, -1, True))
         out.steps.append((ts, end, name, isinstance(args, Args) and bool(args.profcallbacks)))
-    elif name.startswith(DATALOADER_PREFIXES):
+    elif name.startswith(LOADER_PREFIXES):
         out.data.append((ts, end))
     elif name.startswith("Optimizer.step#"):
         out.optimizer.append((ts, end))

@@ -11,10 +11,11 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
+from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide
@@ -33,7 +34,7 @@ def capture_profile(trace: Trace, info: CaptureInfo) -> dict[str, Any]:
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
             "verdict": decide(metrics) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
-                        if not n.startswith(DATALOADER_PREFIXES)},  # that is "data wait"
+                        if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
 
 

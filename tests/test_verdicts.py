@@ -131,7 +131,9 @@ def test_whole_span_without_profiler_steps(tmp_path):
     metrics = report["captures"][0]["metrics"]
     assert metrics["step_ms"] == pytest.approx(1.0)
     assert metrics["cpu_ops_ms"] == pytest.approx(0.8)
-    assert report["verdict"]["kind"] == "input_bound"  # 20% data wait
+    # 20% data wait beside 80% CPU operators: CPU-bound first, the wait named beside it
+    assert report["verdict"]["kind"] == "cpu_compute_bound"
+    assert report["verdict"]["secondary"] == [["input_bound", 0.2]]
     assert report["captures"][0]["files"][0]["gpu_breakdown"] is None
 
 

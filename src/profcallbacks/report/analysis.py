@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from profcallbacks.report import gpu as gpu_mod
+from profcallbacks.report.advice import RunContext
 from profcallbacks.report.events import scan
 from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.host import host_side
@@ -97,18 +98,45 @@ def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any]:
-    """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture."""
+def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
+                     context: RunContext | None = None,
+                     previous: str | None = None) -> dict[str, Any]:
+    """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture.
+
+    ``previous`` is the verdict kind of the run's previous healthy capture (``decide``'s
+    hysteresis); ``context`` fits the advice to the run.
+    """
     metrics = pool([f["metrics"] for f in files])
-    return {"metrics": metrics, "verdict": decide(metrics, sync_sites) if metrics else None}
+    return {"metrics": metrics,
+            "verdict": decide(metrics, sync_sites, context=context, previous=previous)
+            if metrics else None}
 
 
-def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any] | None:
-    """The run's verdict over its healthy captures (all captures when none is healthy)."""
+def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,
+                context: RunContext | None = None) -> dict[str, Any] | None:
+    """The run's verdict over its healthy captures (all captures when none is healthy).
+
+    A close call keeps the kind most of those captures got (hysteresis over the run).
+    """
     healthy = [c for c in captures if c.get("trigger") not in UNHEALTHY_TRIGGERS and c.get("metrics")]
     chosen = healthy or [c for c in captures if c.get("metrics")]
     metrics = pool([c["metrics"] for c in chosen])
-    return decide(metrics, sync_sites) if metrics else None
+    kinds = [c["verdict"]["kind"] for c in chosen if c.get("verdict")]
+    usual = max(kinds, key=kinds.count) if kinds else None
+    return decide(metrics, sync_sites, context=context, previous=usual) if metrics else None
+
+
+def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
+                  context: RunContext | None = None) -> list[dict[str, Any]]:
+    """Each rank's own verdict in one capture: ``{"rank", "kind", "share", "close_to"}``."""
+    out = []
+    for f in files:
+        metrics = pool([f["metrics"]])
+        verdict = decide(metrics, sync_sites, context=context) if metrics else None
+        if verdict is not None:
+            out.append({"rank": f.get("rank"), "kind": verdict["kind"], "share": verdict["share"],
+                        "close_to": verdict["close_to"]})
+    return out
 
 
 def public_metrics(metrics: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -47,6 +47,8 @@ LOADER_PREFIXES = (*DATALOADER_PREFIXES, "[_TrainingEpochLoop].train_dataloader_
 """Names of ranges that wait for the next batch: torch's DataLoader/DataPipe ``__next__`` and the
 range Lightning's own profiler records around ``next(data_fetcher)``."""
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+LIGHTNING_PREFIXES = ("[_TrainingEpochLoop]", "[LightningModule]", "[Strategy]", "[Callback]")
+"""Ranges Lightning's own profiler records: the trace comes from a Lightning run."""
 
 
 @dataclass
@@ -62,6 +64,7 @@ class TraceFormat:
         device_events: Kernels, memcpys and memsets.
         ns_resolution: Timestamps carry fractions of a microsecond.
         device: ``deviceProperties`` of the first GPU (``name``, ``computeMajor`` ...), or ``{}``.
+        framework: ``"lightning"`` when Lightning's own ranges are in the trace, else ``None``.
     """
 
     generation: str = "unknown"
@@ -72,6 +75,7 @@ class TraceFormat:
     device_events: int = 0
     ns_resolution: bool = False
     device: dict[str, Any] = field(default_factory=dict)
+    framework: str | None = None
 
     def problem(self) -> str | None:
         """One sentence naming what could not be understood, or ``None``."""
@@ -99,7 +103,9 @@ def normalise(trace: Trace) -> TraceFormat:
     seen: Counter[str] = Counter()
     old = modern = cpu_ops = steps = loaders = device = 0
     fractional = False
-    for event in trace.traceEvents:
+    framework: str | None = None
+    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
+    for event in events:
         try:
             cat = event.cat
             if event.ph != "X" or type(cat) is not str:
@@ -121,6 +127,8 @@ def normalise(trace: Trace) -> TraceFormat:
         name = event.name
         if type(name) is not str:
             continue
+        if name.startswith(LIGHTNING_PREFIXES):
+            framework = "lightning"
         if name.startswith(STEP_PREFIX):
             steps += 1
             event.cat = "user_annotation"
@@ -134,7 +142,7 @@ def normalise(trace: Trace) -> TraceFormat:
     generation = "torch 1.8-1.13" if old > modern else "torch 2.x" if modern else "unknown"
     return TraceFormat(generation=generation, categories=dict(seen), cpu_ops=cpu_ops, steps=steps,
                        loader_ranges=loaders, device_events=device, ns_resolution=fractional,
-                       device=_device(trace))
+                       device=_device(trace), framework=framework)
 
 
 def _device(trace: Trace) -> dict[str, Any]:

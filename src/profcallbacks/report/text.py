@@ -10,6 +10,7 @@ from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
 from profcallbacks.report.safe import visible
 from profcallbacks.report.verdict import SHARE_OF
+from profcallbacks.report.verdict import label as verdict_label
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -107,7 +108,7 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
     for c in captures:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
-        kind = (c.get("verdict") or {}).get("kind", "-")
+        kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
                      + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
@@ -124,6 +125,8 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
                 out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
                            f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
                            f", comm overlap {_pct(overlap)}")
+        if c.get("ranks_differ"):
+            out.append(f"  {c['directory']}: ranks differ: {c['ranks_differ']}")
         bd = c.get("breakdown")
         if len(captures) > 1 and bd:
             out.append(f"  {c['directory']}: step {_ms(bd['step_ms'])}, data wait "
@@ -142,11 +145,14 @@ def _verdict_lines(verdict: dict[str, Any] | None, title: str,
             return [f"{title}: none (no traced steps)", ""]
         if not read:
             return [f"{title}: none (no trace could be read)", ""]
-        return [f"{title}: none ({len(read)} trace(s) read, none with a measurable step: "
-                "see the trace formats below)", ""]
+        return [f"{title}: none ({len(read)} trace(s) read, none with steps or operators it "
+                "understands: see the formats and problems below)", ""]
     indent = " " * (len(title) - len(title.lstrip()) + 2)
     basis = SHARE_OF.get(verdict["kind"], "step")
-    out = [f"{title}: {verdict['kind'].upper()} ({verdict['share']:.0%} of the {basis})"]
+    head = verdict_label(verdict)
+    out = [f"{title}: {head.replace(verdict['kind'], verdict['kind'].upper(), 1)} "
+           f"({verdict['share']:.0%} of the {basis})"
+           + (" (kept from the run's earlier captures)" if verdict.get("held") else "")]
     for line in verdict["evidence"]:
         out += textwrap.wrap(line, 100, initial_indent=indent + "- ",
                              subsequent_indent=indent + "  ")
@@ -183,7 +189,9 @@ def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
                    f"{g['first_step']}-{g['last_step']}, rank(s) {ranks}")
         for message in g["messages"]:
             out += textwrap.wrap(message, 100, initial_indent="    - ", subsequent_indent="      ")
-        if g["advice"]:
+        if g.get("advice_in_verdict"):
+            out.append("    advice: as in the verdict above")
+        elif g["advice"]:
             out += textwrap.wrap(g["advice"], 100, initial_indent="    advice: ",
                                  subsequent_indent="      ")
     return out + [""]

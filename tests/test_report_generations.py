@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from profcallbacks.report import build_report, locate_run, render_text
 from profcallbacks.report.generations import OLD_CATEGORIES
-from tests.test_verdicts import HTA, trace_path
+from test_verdicts import HTA, trace_path
 
 DATA = Path(__file__).parent / "data"
 KINETO = DATA / "kineto-traces"

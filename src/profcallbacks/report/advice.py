@@ -205,8 +205,10 @@ def _communication(ctx: RunContext) -> list[str]:
 
 
 def _cpu_compute(ctx: RunContext) -> list[str]:
-    return ["The CPU operators dominate: raise torch.set_num_threads (one process per core set), "
-            "try torch.compile, a smaller model, or a GPU; the top operators are listed."]
+    threads = "raise torch.set_num_threads" + (" (one process per core set)" if ctx.world_size > 1
+                                                else "")
+    return [f"The CPU operators dominate: {threads}, try torch.compile or a smaller model; the "
+            "top operators are listed."]
 
 
 _VERDICT = {

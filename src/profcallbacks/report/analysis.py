@@ -20,7 +20,8 @@ UNHEALTHY_TRIGGERS = frozenset({"slowdown", "memory", "validation"})
 """Captures that are not ordinary training steps: taken because steps were slow, under the memory
 spy (``profile_memory`` plus a dispatch mode), or of a whole evaluation; left out of the run's
 verdict and mean breakdown, and never the "before" of a slowdown diagnosis."""
-_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms")
+_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
+                "comm_exposed_ms")
 
 
 def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks._version import __version__
-from profcallbacks.findings import SYNC_POINT
+from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
 from profcallbacks.report.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analysis import (
     UNHEALTHY_TRIGGERS,
@@ -192,7 +192,9 @@ def group_findings(findings: list[dict[str, Any]], context: RunContext | None = 
                     "first_step": min(_int(f["step"]) for f in items),
                     "last_step": max(_int(f["step"]) for f in items),
                     "messages": messages[:5], "advice": advice,
-                    "advice_in_verdict": _same_advice(advice, shown)})
+                    "advice_in_verdict": _same_advice(advice, shown) or (
+                        kind == CAPTURE_VERDICT and verdict is not None
+                        and any(f["details"].get("kind") == verdict["kind"] for f in items))})
     out.sort(key=lambda g: (-_SEVERITY_ORDER.get(g["severity"], -1), -g["count"], g["kind"]))
     return out
 

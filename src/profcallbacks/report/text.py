@@ -148,7 +148,7 @@ def _verdict_lines(verdict: dict[str, Any] | None, title: str,
         return [f"{title}: none ({len(read)} trace(s) read, none with steps or operators it "
                 "understands: see the formats and problems below)", ""]
     indent = " " * (len(title) - len(title.lstrip()) + 2)
-    basis = SHARE_OF.get(verdict["kind"], "step")
+    basis = verdict.get("share_of") or SHARE_OF.get(verdict["kind"], "step")
     head = verdict_label(verdict)
     out = [f"{title}: {head.replace(verdict['kind'], verdict['kind'].upper(), 1)} "
            f"({verdict['share']:.0%} of the {basis})"

@@ -72,7 +72,8 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         previous: The kind of the run's previous capture: a close call keeps it (see ``MARGIN``).
 
     Returns:
-        ``{"kind", "share", "evidence", "advice", "close_to", "held", "secondary"}``, or ``None``
+        ``{"kind", "share", "share_of", "evidence", "advice", "close_to", "held", "secondary"}``
+        (``share_of``: ``"step"`` or ``"GPU time"``), or ``None``
         without a measurable step. ``close_to`` is the other kind of a close call (or ``None``),
         ``held`` says the kind was kept from ``previous``, ``secondary`` lists waste kinds that
         passed their threshold without heading the verdict (``[kind, share]``).
@@ -130,7 +131,8 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     if secondary:
         evidence = evidence + ["also: " + ", ".join(f"{k} {v:.0%}" for k, v in secondary)]
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
-    return {"kind": kind, "share": round(share, 4), "evidence": evidence,
+    share_of = "step" if kind == "communication_bound" and not gpu else SHARE_OF[kind]
+    return {"kind": kind, "share": round(share, 4), "share_of": share_of, "evidence": evidence,
             "advice": verdict_advice(kind, ctx), "close_to": close_to, "held": held,
             "secondary": secondary}
 
@@ -150,11 +152,13 @@ def _waste(m: dict[str, Any], step: float,
     out: dict[str, tuple[float, list[str], float]] = {
         "input_bound": (data, [f"data wait {m.get('data_wait_ms', 0.0):.2f} ms of a {step_line} "
                                f"({_pct(data)})"], WASTE_SHARE)}
-    if not gpu:
-        comm = min(m.get("comm_call_ms", 0.0) / step, 1.0)
+    if not gpu:  # CPU run: the host-side collectives, not overlapped by compute (report/host.py)
+        exposed_ms = m.get("comm_exposed_ms", 0.0)
+        comm = min(exposed_ms / step, 1.0)
         out["communication_bound"] = (comm, [
-            f"collective calls (c10d/gloo/nccl, DDP reducer) {m.get('comm_call_ms', 0.0):.2f} ms "
-            f"of a {step_line} ({_pct(comm)}) on the host"], WASTE_SHARE)
+            f"collectives (c10d/gloo/nccl calls) not overlapped with compute {exposed_ms:.2f} ms "
+            f"of a {step_line} ({_pct(comm)}); all collective time {m.get('comm_call_ms', 0.0):.2f} "
+            "ms"], WASTE_SHARE)
         return out
     sync = m.get("sync_ms", 0.0) / step
     copy = sum(v["ms"] for k, v in gpu["memcpy"].items() if "DtoD" not in k) / gpu["span_ms"]
@@ -195,7 +199,7 @@ def _compute(m: dict[str, Any], step: float) -> tuple[str, float, list[str]] | N
             f"GPU computing {_pct(share)} of its {gpu['span_ms']:.1f} ms span (idle "
             f"{_pct(gpu['idle_share'])})",
             "top kernels (whole capture): " + _items(gpu.get("top_kernels", []), "ms")])
-    ops = max(m.get("cpu_ops_ms", 0.0) - m.get("comm_call_ms", 0.0), 0.0)
+    ops = max(m.get("cpu_ops_ms", 0.0) - m.get("comm_exposed_ms", 0.0), 0.0)
     share = ops / step
     data = m.get("data_wait_ms", 0.0) / step
     return ("cpu_compute_bound", share, [

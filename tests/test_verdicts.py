@@ -106,7 +106,7 @@ def test_foreign_directory_of_traces_is_one_capture_per_directory(tmp_path, caps
     (tmp_path / "b" / "notes.json").write_text('{"not": "a trace"}')
     assert main(["report", str(tmp_path), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert [(c["directory"], c["trigger"], len(c["files"])) for c in report["captures"]] \
         == [("a", None, 1), ("b", None, 1)]
     assert report["captures"][0]["verdict"]["kind"] == "host_bound"

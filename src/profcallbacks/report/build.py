@@ -22,7 +22,7 @@ from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
 

@@ -311,12 +311,15 @@ def read_regular(path: PathArg, *, max_bytes: int, dir_fd: int | None = None,
 
 
 def warn_if_shared(logdir: Path) -> bool:
-    """Warn once per directory when others may write into ``logdir``; True when they may."""
+    """Warn once per directory when others may write into ``logdir``; True when they may.
+
+    Group-writable counts when the group is not the user's own primary (private) group."""
     try:
         st = os.stat(logdir)
     except OSError:
         return False
-    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    group = st.st_mode & stat.S_IWGRP and st.st_gid != os.getegid()  # not a user private group
+    if not (st.st_mode & stat.S_IWOTH or group):
         return False
     key = os.path.realpath(logdir)
     if key not in _warned_shared:

@@ -161,6 +161,12 @@ class StepProfiler:
     def findings(self) -> list[Finding]:
         return self.session.findings
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the verdicts, step-time plot and findings of ``logdir`` so far."""
+        from profcallbacks.report.notebook import logdir_html
+
+        return logdir_html(self.session.logdir)
+
     @property
     def captures(self) -> list[Path]:
         """Capture directories written so far."""

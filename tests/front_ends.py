@@ -96,7 +96,7 @@ def lightning_trainer(logdir, dataset, steps, options, model=SyncModel, logger=F
     callback = ProfilerCallback(logdir, **options)
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", logger=logger, callbacks=[callback],
                          enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, default_root_dir=str(logdir))
+                         enable_model_summary=False, default_root_dir=str(logdir) if logdir else None)
     trainer.fit(Module(), DataLoader(dataset, batch_size=2))
     return callback.findings
 

@@ -213,3 +213,19 @@ def test_the_tracker_example_runs_with_both_trackers(tmp_path, wandb_offline, ml
     rows = wandb_history(wandb_run_dir(tmp_path))
     assert steps_of(series(rows, STEP_TIME, "profcallbacks/step")) == [4, 9, 14, 19, 24, 29]
     assert series(rows, SYNC_COUNT, "profcallbacks/step")
+
+
+def test_lightning_tensorboard_logger_gets_finding_texts(tmp_path):
+    pytest.importorskip("lightning")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(tmp_path / "tb", name="run")
+    findings = lightning_trainer(None, SleepyDataset(0.0), STEPS, RUN_OPTIONS, logger=logger)
+    events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    tag = f"profcallbacks/findings/{SYNC_POINT}/text_summary"
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors(tag)]
+    assert sync_rows(findings) and [step for step, _ in texts] == [f.step for f in sync_rows(findings)]
+    assert all(f.message in text for f, (_, text) in zip(sync_rows(findings), texts, strict=True))
+    assert [s.step for s in events.Scalars(STEP_TIME)] == [1, 3, 5, 7]  # through the logger, once

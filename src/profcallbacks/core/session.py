@@ -76,6 +76,7 @@ class ProfilingSession:
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank)
+        self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         slowdown = config.slowdown
         self._baseline_step: int | None = (  # ask for one capture of healthy steps here
             start_step + slowdown.warmup_steps + 1 if config.baseline_capture and slowdown is not None

@@ -30,7 +30,9 @@ def test_a_run_that_lost_its_marker_stops_writing_the_shared_files(tmp_path, mon
                 tmp = marker.with_name(".takeover")
                 tmp.write_text(json.dumps(other))
                 os.replace(tmp, marker)
-                time.sleep(0.5)  # this run resumes: its next refresh finds the marker gone
+                deadline = time.monotonic() + 10  # this run resumes: its next refresh
+                while "lost its marker" not in caplog.text and time.monotonic() < deadline:
+                    time.sleep(0.02)  # finds the marker taken
             train_step(model, opt)
             prof.step()
             if step == 30:

@@ -229,3 +229,28 @@ def test_lightning_tensorboard_logger_gets_finding_texts(tmp_path):
     assert sync_rows(findings) and [step for step, _ in texts] == [f.step for f in sync_rows(findings)]
     assert all(f.message in text for f, (_, text) in zip(sync_rows(findings), texts, strict=True))
     assert [s.step for s in events.Scalars(STEP_TIME)] == [1, 3, 5, 7]  # through the logger, once
+
+
+class RecordingRun:
+    """A RunLog of the test's own: what a tracker backend would receive."""
+
+    def __init__(self) -> None:
+        self.scalars, self.findings, self.closed = [], [], 0
+
+    def __call__(self, values, step):
+        self.scalars.append((step, values[STEP_TIME]))
+
+    def finding(self, finding):
+        self.findings.append(finding)
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.parametrize("front_end", [lightning_trainer, hf_trainer], ids=["lightning", "hf"])
+def test_callbacks_take_a_metrics_sink_too(tmp_path, front_end):
+    run = RecordingRun()
+    findings = front_end(tmp_path / "log", SleepyDataset(0.0), STEPS,
+                         {**RUN_OPTIONS, "metrics_sink": run})
+    assert steps_of(run.scalars) == [1, 3, 5, 7] and plausible_step_times(run.scalars)
+    assert sync_rows(findings) and run.findings == findings and run.closed == 1

@@ -24,13 +24,14 @@ from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
+from profcallbacks.core.sinks import MetricsSink
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
-from profcallbacks.integrations.base import RunLog, close_quietly
+from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 from profcallbacks.integrations.report_to import report_to_sinks
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,10 @@ class ProfilerCallback(TrainerCallback):
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 on_finding: FindingHandler | None = None) -> None:
+                 on_finding: FindingHandler | None = None,
+                 metrics_sink: MetricsSink | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
+        self._metrics_sink = check_metrics_sink(type(self).__name__, metrics_sink)
         self.logdir = None if logdir is None else Path(logdir)
         self.session: ProfilingSession | None = None
         self._on_finding = on_finding
@@ -122,10 +125,13 @@ class ProfilerCallback(TrainerCallback):
         self.close()  # a retry (auto_find_batch_size) after a failed train(): end that one first
         rank = RankInfo.detect()
         logdir = self.logdir or tensorboard_logdir(args, state, rank)
+        own = self._metrics_sink  # the user's own sink or tracker run, beside report_to's
         self._report_to = report_to_sinks(args.report_to) if state.is_world_process_zero else []
+        self._report_to += [own] if isinstance(own, RunLog) else []
+        plain = [] if isinstance(own, RunLog) else extra_sinks(own)
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
                                    detectors=default_detectors(self.config, rank),
-                                   metrics_sinks=[self._metrics.update, *self._report_to],
+                                   metrics_sinks=[self._metrics.update, *self._report_to, *plain],
                                    start_step=state.global_step,
                                    log_findings=state.is_world_process_zero)
         for sink in self._report_to:  # findings into the W&B / MLflow runs the Trainer opened

@@ -25,13 +25,14 @@ from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
+from profcallbacks.core.sinks import MetricsSink
 from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
-from profcallbacks.integrations.base import close_quietly
+from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 from profcallbacks.integrations.lightning_loggers import LoggerFindings
 from profcallbacks.lightning_fetch import FetchTimer
 
@@ -73,8 +74,10 @@ class ProfilerCallback(Callback):
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 on_finding: FindingHandler | None = None) -> None:
+                 on_finding: FindingHandler | None = None,
+                 metrics_sink: MetricsSink | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
+        self._metrics_sink = check_metrics_sink(type(self).__name__, metrics_sink)
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
         self.session: ProfilingSession | None = None
         self._on_finding = on_finding
@@ -142,11 +145,14 @@ class ProfilerCallback(Callback):
         self.session = ProfilingSession(
             config, self.logdir, rank=rank, on_finding=self._on_finding,
             detectors=default_detectors(config, rank),
-            metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
+            metrics_sinks=[*(logger.log_metrics for logger in trainer.loggers),
+                           *extra_sinks(self._metrics_sink)],
             start_step=trainer.global_step, log_findings=trainer.is_global_zero)
         self._logger_findings = [LoggerFindings(logger) for logger in trainer.loggers]
         for sink in self._logger_findings:  # findings where the run's metrics go, too
             self.session.add_finding_handler(sink)
+        if isinstance(self._metrics_sink, RunLog):
+            self.session.add_finding_handler(self._metrics_sink.finding)
         self.session.restore(captures_started=self._captures_started)
         for steps, trigger in self._pending_captures:
             self.session.request_capture(steps, trigger)
@@ -230,6 +236,8 @@ class ProfilerCallback(Callback):
         session.close(failed=failed)
         for sink in self._logger_findings:
             close_quietly(sink)
+        if isinstance(self._metrics_sink, RunLog):
+            close_quietly(self._metrics_sink)
         self._logger_findings = []
         self._captures_started = session.captures_started
         self._earlier_captures += session.captures

@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
-from profcallbacks.core.checks import fail
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.session import ProfilingSession
 from profcallbacks.core.sinks import MetricsSink
@@ -25,7 +24,7 @@ from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig
 from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
-from profcallbacks.integrations.base import RunLog, close_quietly
+from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 
 T = TypeVar("T")
 
@@ -84,15 +83,11 @@ class StepProfiler:
                  on_finding: FindingHandler | None = None,
                  metrics_sink: MetricsSink | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
-        if metrics_sink is not None and not callable(metrics_sink):
-            raise fail("StepProfiler", "metrics_sink", metrics_sink,
-                       "a callable taking (scalars: dict[str, float], step: int), or None",
-                       fix="Use e.g. metrics_sink=WandbSink(run) or MlflowSink().")
+        self._metrics_sink = check_metrics_sink("StepProfiler", metrics_sink)
         rank = RankInfo.detect()
-        self._metrics_sink = metrics_sink
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
                                         detectors=default_detectors(config, rank),
-                                        metrics_sinks=[metrics_sink] if metrics_sink else [])
+                                        metrics_sinks=extra_sinks(metrics_sink))
         if isinstance(metrics_sink, RunLog):
             self.session.add_finding_handler(metrics_sink.finding)
 

@@ -95,3 +95,17 @@ def close_quietly(sink: Closable) -> None:
         sink.close()
     except Exception as exc:
         logging.getLogger(__name__).warning("profcallbacks: %r could not be closed (%s).", sink, exc)
+
+
+def check_metrics_sink(owner: str, sink: Any) -> Any:
+    """``sink`` if it is ``None`` or callable; else a ``ValueError`` naming the option and the fix."""
+    if sink is not None and not callable(sink):
+        raise ValueError(f"{owner}(metrics_sink={sink!r}): expected a callable taking (scalars: "
+                         "dict[str, float], step: int), or None. Use e.g. "
+                         "metrics_sink=WandbSink(run) or metrics_sink=MlflowSink().")
+    return sink
+
+
+def extra_sinks(sink: Any) -> list[Any]:
+    """The metrics sinks list for an optional ``metrics_sink``."""
+    return [] if sink is None else [sink]

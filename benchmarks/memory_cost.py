@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from profcallbacks import MemoryConfig, StepProfiler
-from profcallbacks.detect.memory_monitor import MemoryMonitor
+from profcallbacks.run.memory_monitor import MemoryMonitor
 from profcallbacks.detect.memory_sites import MemorySiteSpy
 
 

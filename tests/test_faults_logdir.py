@@ -16,7 +16,7 @@ import pytest
 
 from helpers import capture_dirs, captured_steps, tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
-from profcallbacks.core.runlock import STALE_S, LogdirInUseError
+from profcallbacks.run.runlock import STALE_S, LogdirInUseError
 from profcallbacks.layout import run_lock_file
 
 

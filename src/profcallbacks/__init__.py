@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from profcallbacks._version import __version__
 
 if TYPE_CHECKING:
-    from profcallbacks.capture.options import TraceOptions
-    from profcallbacks.capture.schedule import Phase, Schedule
-    from profcallbacks.config import ProfilerConfig
+    from profcallbacks.options.trace import TraceOptions
+    from profcallbacks.options.schedule import Phase, Schedule
+    from profcallbacks.options.profiler import ProfilerConfig
     from profcallbacks.core.ranks import RankInfo
-    from profcallbacks.core.session import ProfilingSession
+    from profcallbacks.run.session import ProfilingSession
     from profcallbacks.detect.memory import MemoryConfig
     from profcallbacks.detect.slowdown import SlowdownConfig
     from profcallbacks.detect.stall import StallConfig
@@ -28,17 +28,17 @@ if TYPE_CHECKING:
 _WHERE = {
     "Finding": "profcallbacks.findings",
     "MemoryConfig": "profcallbacks.detect.memory",
-    "Phase": "profcallbacks.capture.schedule",
-    "ProfilerConfig": "profcallbacks.config",
-    "ProfilingSession": "profcallbacks.core.session",
+    "Phase": "profcallbacks.options.schedule",
+    "ProfilerConfig": "profcallbacks.options.profiler",
+    "ProfilingSession": "profcallbacks.run.session",
     "RankInfo": "profcallbacks.core.ranks",
-    "Schedule": "profcallbacks.capture.schedule",
+    "Schedule": "profcallbacks.options.schedule",
     "SlowdownConfig": "profcallbacks.detect.slowdown",
     "StallConfig": "profcallbacks.detect.stall",
     "StepProfiler": "profcallbacks.loop",
     "StragglerConfig": "profcallbacks.detect.straggler",
     "SyncAuditConfig": "profcallbacks.detect.sync_audit",
-    "TraceOptions": "profcallbacks.capture.options",
+    "TraceOptions": "profcallbacks.options.trace",
 }
 
 __all__ = [

@@ -18,13 +18,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from typing_extensions import override
 
-from profcallbacks.capture.options import TraceOptions
+from profcallbacks.options.trace import TraceOptions
 from profcallbacks.capture.planner import check_capture_steps
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
-from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.run.session import ProfilingSession
+from profcallbacks.run.defaults import default_detectors
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig

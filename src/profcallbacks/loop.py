@@ -12,12 +12,12 @@ from typing import TypeVar
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.options.trace import TraceOptions
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
-from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.run.session import ProfilingSession
+from profcallbacks.run.defaults import default_detectors
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig
 from profcallbacks.detect.stall import StallConfig

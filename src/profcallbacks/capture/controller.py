@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
-from profcallbacks.capture.export_helper import TraceExporter
-from profcallbacks.capture.options import TraceOptions
+from profcallbacks.capture.exporter import TraceExporter
+from profcallbacks.options.trace import TraceOptions
 from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
 from profcallbacks.capture.postprocess import CaptureInfo
-from profcallbacks.capture.schedule import Phase
-from profcallbacks.capture.triggers import CaptureFileTrigger
-from profcallbacks.capture.window import TraceCapture, wall_ns
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.options.schedule import Phase
+from profcallbacks.capture.capture_file import CaptureFileTrigger
+from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.findings import Finding
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from profcallbacks.capture.schedule import Phase, Schedule
-from profcallbacks.core.checks import check_int
+from profcallbacks.options.schedule import Phase, Schedule
+from profcallbacks.options.checks import check_int
 from profcallbacks.layout import capture_dir_name
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-from profcallbacks.core.checks import check_int, fail
+from profcallbacks.options.checks import check_int, fail
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from profcallbacks.core.checks import check_bool, check_int, check_number
+from profcallbacks.options.checks import check_bool, check_int, check_number
 from profcallbacks.core.timing import median
 from profcallbacks.findings import MEMORY_CREEP, Finding
 

@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
-from profcallbacks.detect.slowdown_config import SlowdownConfig
+from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 
 __all__ = ["SlowdownConfig", "SlowdownDetector"]

@@ -11,7 +11,7 @@ from functools import reduce
 from itertools import repeat
 from operator import add
 
-from profcallbacks.core.checks import check_int, check_number
+from profcallbacks.options.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.loaders import LoaderInfo, stall_advice
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import reduce
 from operator import add
 
-from profcallbacks.core.checks import check_int, check_number
+from profcallbacks.options.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.findings import STRAGGLER, Finding
 

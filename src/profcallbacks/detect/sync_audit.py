@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from profcallbacks.core.checks import MAX_INT, check_int, check_number, fail
+from profcallbacks.options.checks import MAX_INT, check_int, check_number, fail
 from profcallbacks.detect.sync_fixes import KNOWN_FIXES, known_fix
 from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_POINT, Finding

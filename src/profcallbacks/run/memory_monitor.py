@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.window import TraceCapture
+from profcallbacks.capture.trace_capture import TraceCapture
 from profcallbacks.detect.memory import (
     CUDA_ALLOCATED,
     PROCESS_RSS,

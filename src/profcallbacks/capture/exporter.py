@@ -3,7 +3,7 @@
 The training process stops the profiler and lets kineto save its raw trace (what torch's own
 ``on_trace_ready`` export costs too), then hands the file to a helper process, started on the
 start of the run (on ranks that write traces), at the lowest CPU priority. There
-:class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
+:class:`~profcallbacks.capture.trace_writer.CaptureWriter` parses, post-processes, gzips and publishes
 it without holding the training process's GIL. The helper
 reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
 the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.export import CaptureWriter, load_hook, raw_trace_path, rescue_raw
+from profcallbacks.capture.trace_writer import CaptureWriter, load_hook, raw_trace_path, rescue_raw
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
@@ -38,7 +38,7 @@ Message = tuple[Any, ...]
 
 _BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
          "sys.modules['profcallbacks'] = m; "  # this very package, wherever the child's sys.path points
-         "from profcallbacks.capture.export_helper import main; main()")
+         "from profcallbacks.capture.exporter import main; main()")
 
 
 class TraceExporter:

@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from profcallbacks.capture.options import TraceOptions
+from profcallbacks.options.trace import TraceOptions
 from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.core.checks import check_bool, check_int, check_number, check_type, fail
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.checks import check_bool, check_int, check_number, check_type, fail
 from profcallbacks.core.timing import SUMMARY_MIN_S
 from profcallbacks.detect.memory import MemoryConfig
 from profcallbacks.detect.slowdown import SlowdownConfig

@@ -11,17 +11,17 @@ from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
 from profcallbacks.capture.planner import check_capture_steps
-from profcallbacks.capture.window import wall_ns
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.capture.trace_capture import wall_ns
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.runlock import RunLock, claim_logdir
-from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
+from profcallbacks.run.runlock import RunLock, claim_logdir
+from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
-from profcallbacks.detect.defaults import default_auditor
+from profcallbacks.run.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
-from profcallbacks.detect.memory_monitor import MemoryMonitor
+from profcallbacks.run.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.layout import META_DIR, findings_file, steps_file
 

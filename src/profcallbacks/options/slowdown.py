@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from profcallbacks.core.checks import check_int, check_number, check_type, fail
+from profcallbacks.options.checks import check_int, check_number, check_type, fail
 
 if TYPE_CHECKING:
     from profcallbacks.detect.straggler import StragglerConfig

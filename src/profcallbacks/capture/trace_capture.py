@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.profiler import profile
 
-from profcallbacks.capture.options import TraceOptions
+from profcallbacks.options.trace import TraceOptions
 from profcallbacks.capture.planner import Window
 from profcallbacks.capture.postprocess import StepSpan
 

@@ -12,8 +12,8 @@ import pytest
 
 from helpers import captured_steps, tiny_model, train_step
 from profcallbacks import StepProfiler
-from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
 from profcallbacks.capture.capture_file import CaptureFileTrigger
+from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
 
 
 def _train(logdir, steps, *, before_step=None, timeout_s=20.0, **kwargs):

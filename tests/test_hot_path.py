@@ -20,9 +20,9 @@ from helpers import capture_dirs, tiny_model, train_step
 from profcallbacks import ProfilerConfig, ProfilingSession, Schedule, StepProfiler, TraceOptions
 from profcallbacks.capture import exporter as export_helper
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.testing import FakeClock, StepRecorder
 
 

@@ -10,10 +10,10 @@ import pytest
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import ProfilerConfig, ProfilingSession, SlowdownConfig, StepProfiler
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.run.session import BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.run.defaults import default_detectors
 from profcallbacks.detect.slowdown import SlowdownDetector
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import BLOCK_STEPS
 from profcallbacks.testing import FakeClock
 
 BASE_S = 0.010

@@ -12,17 +12,17 @@ from typing import TypeVar
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
-from profcallbacks.options.trace import TraceOptions
-from profcallbacks.options.schedule import Schedule
-from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.run.session import ProfilingSession
-from profcallbacks.run.defaults import default_detectors
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import ProfilingSession
 
 T = TypeVar("T")
 

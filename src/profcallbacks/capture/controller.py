@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
+from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
-from profcallbacks.options.trace import TraceOptions
 from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
 from profcallbacks.capture.postprocess import CaptureInfo
-from profcallbacks.options.schedule import Phase
-from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
-from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.findings import Finding
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.schedule import Phase
+from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ class CaptureController:
         >>> controller.open(); controller.begin_step(0, now=0.0)       # doctest: +SKIP
     """
 
-    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo) -> None:
+    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
+                 analysis: str | None = None) -> None:
         self._config = config
+        self._analysis = analysis  # "module:function" run on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
@@ -123,7 +125,8 @@ class CaptureController:
         if config.watch_capture_file and rank.rank == 0:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
-        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
+        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1),
+                                       analysis=self._analysis)
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.trace_writer import CaptureWriter, load_hook, raw_trace_path, rescue_raw
 from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.trace_writer import CaptureWriter, load_hook, raw_trace_path, rescue_raw
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 
@@ -57,9 +57,10 @@ class TraceExporter:
         ['step000000-manual']
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
+                 analysis: str | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -277,6 +278,7 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     The live capture analysis is imported at the first export, not at start-up.
     """
     writer: CaptureWriter | None = None
+    analysis: str | None = None
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -288,11 +290,12 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
+            analysis = message[4]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
                                    publish_timeout_s=message[3])
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
-                writer.on_published = load_hook()
+                writer.on_published = load_hook(analysis)
             info: CaptureInfo = message[2]
             writer.export(Path(message[1]), info)
             report("done", info.name)

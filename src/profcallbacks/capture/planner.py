@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from profcallbacks.options.schedule import Phase, Schedule
-from profcallbacks.options.checks import check_int
 from profcallbacks.layout import capture_dir_name
+from profcallbacks.options.bounds import MAX_CAPTURE_STEPS
+from profcallbacks.options.schedule import Phase, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +42,6 @@ class Window:
         if self.first_active <= step <= self.last_step:
             return Phase.ACTIVE
         return Phase.IDLE
-
-
-MAX_CAPTURE_STEPS = 1000
-"""Most steps one capture window records: a trace of more steps is too large to open (a
-5-step window of a small transformer is ~7 MB of JSON), and the window's events stay in memory
-until it ends."""
-
-
-def check_capture_steps(steps: int | None) -> None:
-    """Reject a bad ``capture(steps=...)`` at the call, whichever front end took it."""
-    if steps is not None:
-        check_int("capture", "steps", steps, minimum=1, maximum=MAX_CAPTURE_STEPS,
-                  fix="Use e.g. capture(steps=5), or capture() for the configured capture_steps.")
 
 
 @dataclass(frozen=True)

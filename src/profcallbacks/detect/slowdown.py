@@ -49,8 +49,8 @@ from collections.abc import Iterable
 from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
-from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
+from profcallbacks.options.slowdown import SlowdownConfig
 
 __all__ = ["SlowdownConfig", "SlowdownDetector"]
 

@@ -30,8 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities",
-             "transformers", "accelerate", "torchmetrics", "profcallbacks")
+from profcallbacks.options.sync_audit import LIBRARIES
+
 # torch's thin public wrappers: a sync inside them belongs to the user line that called them
 _TORCH_WRAPPERS = ("_tensor.py", "functional.py", "overrides.py", "_ops.py", "_jit_internal.py",
                    "_compile.py", os.path.join("_dynamo", "eval_frame.py"),

@@ -6,15 +6,14 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from profcallbacks.options.trace import TraceOptions
-from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
-from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.bounds import MAX_CAPTURE_STEPS, SUMMARY_MIN_S
 from profcallbacks.options.checks import check_bool, check_int, check_number, check_type, fail
-from profcallbacks.core.timing import SUMMARY_MIN_S
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
 
 MAX_CAPTURES = 10_000
 """Most capture windows one run may take (each is a trace on disk)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 from profcallbacks.report import gpu as gpu_mod
 from profcallbacks.report.events import scan
 from profcallbacks.report.host import host_side

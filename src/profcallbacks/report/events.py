@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event
 
 Interval = tuple[float, float]

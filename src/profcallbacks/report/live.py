@@ -11,11 +11,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
-from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide
 

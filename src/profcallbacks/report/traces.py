@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 from profcallbacks.report.analysis import analyse_events
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
 from profcallbacks.report.intervals import covered, merge, subtract
-from profcallbacks.report.reading import ReadError, gc_paused
+from profcallbacks.report.reading import ReadError
 from profcallbacks.report.reading import as_int as _int
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

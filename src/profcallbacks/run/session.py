@@ -10,24 +10,26 @@ from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
-from profcallbacks.capture.planner import check_capture_steps
 from profcallbacks.capture.trace_capture import wall_ns
-from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.run.runlock import RunLock, claim_logdir
-from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
-from profcallbacks.run.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
-from profcallbacks.run.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
 from profcallbacks.layout import META_DIR, findings_file, steps_file
+from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.run.defaults import default_auditor
+from profcallbacks.run.memory_monitor import MemoryMonitor
+from profcallbacks.run.runlock import RunLock, claim_logdir
+from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+LIVE_ANALYSIS = "profcallbacks.report.live:capture_findings"
+"""Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
 MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
@@ -75,7 +77,7 @@ class ProfilingSession:
         # (front ends pass it on ranks other than the world's first, so only one process prints)
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
-        self._captures = CaptureController(config, self.logdir, self.rank)
+        self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         slowdown = config.slowdown
         self._baseline_step: int | None = (  # ask for one capture of healthy steps here
             start_step + slowdown.warmup_steps + 1 if config.baseline_capture and slowdown is not None

@@ -19,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from typing_extensions import override
 
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.memory import MemoryConfig
@@ -89,7 +90,7 @@ class ProfilerCallback(TrainerCallback):
         """Capture ``steps`` steps (default ``capture_steps``) from the next step on."""
         check_capture_steps(steps)
         if self._closer is not None and self.session is not None:
-            self.session.request_capture(steps, trigger="manual")
+            self.session.request_capture(steps, trigger=MANUAL)
             return
         self._requests.append(steps)  # before train(): asked for as soon as training starts
 
@@ -119,7 +120,7 @@ class ProfilerCallback(TrainerCallback):
                                    start_step=state.global_step,
                                    log_findings=state.is_world_process_zero)
         for steps in self._requests:  # asked for before train(): the window starts at once
-            session.request_capture(steps, trigger="manual")
+            session.request_capture(steps, trigger=MANUAL)
         self._requests.clear()
         session.open()
         if kwargs.get("train_dataloader") is not None:
@@ -148,7 +149,7 @@ class ProfilerCallback(TrainerCallback):
         if self._closer is not None and self.session is not None:
             self.session.step_end()
             if _work_announced(control):  # logging, evaluation or saving runs next
-                self.session.pause("validation" if control.should_evaluate else None)
+                self.session.pause(VALIDATION if control.should_evaluate else None)
 
     @override
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,

@@ -20,6 +20,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
         "pip install 'profcallbacks[lightning]'") from exc
 
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options.bounds import check_capture_steps
@@ -101,9 +102,9 @@ class ProfilerCallback(Callback):
             log.warning("profcallbacks: capture() ignored: Trainer(profiler=PyTorchProfiler) "
                         "owns torch.profiler in this fit.")
         elif self.session is not None:
-            self.session.request_capture(steps, trigger="manual")
+            self.session.request_capture(steps, trigger=MANUAL)
         else:  # delivered when training starts
-            self._pending_captures.append((steps or self.config.capture_steps, "manual"))
+            self._pending_captures.append((steps or self.config.capture_steps, MANUAL))
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -173,7 +174,7 @@ class ProfilerCallback(Callback):
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is not None:
-            self.session.pause("validation")
+            self.session.pause(VALIDATION)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -13,6 +13,7 @@ from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import ProfilerConfig
@@ -123,7 +124,7 @@ class StepProfiler:
 
     def capture(self, steps: int | None = None) -> None:
         """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
-        self.session.request_capture(steps, trigger="manual")
+        self.session.request_capture(steps, trigger=MANUAL)
 
     def pause(self, activity: str | None = None) -> None:
         """Work between steps begins (evaluation, checkpointing): it is timed as no step.

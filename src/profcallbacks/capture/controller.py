@@ -15,10 +15,11 @@ from typing import Any
 from profcallbacks.capture.agreement import TriggerAgreement
 from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
-from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
+from profcallbacks.capture.planner import CapturePlanner, Window
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.triggers import FILE, CaptureRequest
 from profcallbacks.findings import Finding
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.options.schedule import Phase
@@ -135,12 +136,16 @@ class CaptureController:
             self._agreement.hold(early)
         self._tid = threading.get_native_id()
 
-    def request(self, active: int, trigger: str) -> None:
-        """A window of ``active`` recorded steps, from the next step (or agreement step) on."""
+    def request(self, request: CaptureRequest) -> None:
+        """A window of ``request.steps`` recorded steps (``None``: ``capture_steps``), from the
+        next step (or agreement step) on."""
+        if request.steps is None:
+            request = replace(request, steps=self._config.capture_steps)
         if self._agreement is not None and self._agreement.enabled:
-            self._agreement.hold(CaptureRequest(active, trigger))
+            self._agreement.hold(request)
         else:
-            self._planner.request(active, trigger)
+            self._planner.request(request.steps or 1, request.trigger,
+                                  profile_memory=request.profile_memory)
 
     def begin_step(self, step: int, now: float) -> None:
         """Take triggers into account and move the window to ``step``; never raises."""
@@ -160,14 +165,15 @@ class CaptureController:
         if trigger is not None and now >= trigger.next_poll:  # checked inline: every step
             requested = trigger.poll(now)
             if requested is not None:
-                self.request(requested or self._config.capture_steps, "file")
+                self.request(CaptureRequest(FILE, requested or None))
         agreement = self._agreement
         if (agreement is not None and step % agreement.every == 0 and agreement.enabled
                 and step != self._agreed_step):  # once per step, also across pause/resume
             self._agreed_step = step
             agreed = agreement.exchange()
             if agreed is not None:
-                self._planner.request(agreed.active, agreed.trigger)
+                self._planner.request(agreed.steps or 1, agreed.trigger,
+                                      profile_memory=agreed.profile_memory)
         phase = self._planner.phase_for(step)
         capture = self._capture
         if capture is None and phase is Phase.IDLE:
@@ -284,8 +290,8 @@ def deferred_sigint() -> Iterator[None]:
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:
-    """A memory capture's trace records allocations too (the plugin's Memory view)."""
-    if window.trigger == "memory" and not config.trace.profile_memory:
+    """A window asked for with ``profile_memory`` records allocations too (the Memory view)."""
+    if window.profile_memory and not config.trace.profile_memory:
         return replace(config.trace, profile_memory=True)
     return config.trace
 

@@ -13,6 +13,7 @@ from collections import deque
 from typing import Any
 
 from profcallbacks.core.timing import median
+from profcallbacks.core.triggers import MEMORY, CaptureRequest
 from profcallbacks.findings import MEMORY_CREEP, Finding
 from profcallbacks.options.memory import SEGMENTS as _SEGMENTS
 from profcallbacks.options.memory import MemoryConfig
@@ -135,7 +136,8 @@ class MemoryCreepDetector:
         if self.config.capture_sites:
             message += "; a short memory capture looks for the lines that keep it"
         return Finding(MEMORY_CREEP, step, self.rank, "warning", message + ".", details,
-                       capture="memory" if self.config.capture_sites else None)
+                       capture=(CaptureRequest(MEMORY, profile_memory=True)
+                                if self.config.capture_sites else None))
 
 
 def _thin(points: list[tuple[int, float]], most: int) -> list[tuple[int, float]]:

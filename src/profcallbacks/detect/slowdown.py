@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
+from profcallbacks.core.triggers import SLOWDOWN, CaptureRequest
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 from profcallbacks.options.slowdown import SlowdownConfig
 
@@ -410,7 +411,7 @@ class SlowdownDetector:
                      "slow_steps": steps, "slow_duration_s": round(time_s, 3),
                      "threshold": self._threshold, "min_duration_s": self.config.min_duration_s,
                      "capture": capture},
-            capture="slowdown" if capture else None)
+            capture=CaptureRequest(SLOWDOWN) if capture else None)
 
     def _recovered(self, step: int) -> Finding:
         base = self.baseline_s

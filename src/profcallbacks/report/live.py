@@ -14,8 +14,9 @@ from typing import Any
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.trace_names import DATALOADER_PREFIXES
+from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
-from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
+from profcallbacks.report.analysis import analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide
@@ -71,7 +72,7 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
             {"capture": info.name, **verdict}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
-    if info.trigger == "slowdown" and healthy and profile["metrics"]:
+    if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
         before = healthy[-1]
         changes = diagnose(before, profile)
         if changes:

@@ -14,6 +14,7 @@ from profcallbacks.capture.trace_capture import wall_ns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
+from profcallbacks.core.triggers import BASELINE, MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, StepAuditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
@@ -202,14 +203,23 @@ class ProfilingSession:
         self._opened = True
         self._begin_block(self._clock(), after_pause=True)
 
-    def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
+    def request_capture(self, steps: int | None = None, trigger: str = MANUAL, *,
+                        profile_memory: bool = False) -> None:
         """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on.
 
         With several ranks the window starts at the next trigger agreement (a step that is a
         multiple of ``max(log_every_n_steps, 10)``), on every rank at once.
+
+        Args:
+            steps: Recorded steps (``None``: ``config.capture_steps``).
+            trigger: Names the capture directory (one of ``core.triggers.TRIGGERS``).
+            profile_memory: The trace records allocations too, whatever ``config.trace`` says.
         """
         check_capture_steps(steps)
-        self._captures.request(steps or self.config.capture_steps, trigger)
+        self._request(CaptureRequest(trigger, steps, profile_memory))
+
+    def _request(self, request: CaptureRequest) -> None:
+        self._captures.request(request)
         if self._opened and self._n < self._due:
             self._due = self._n + 1  # the block ends with this step: the window opens after it
 
@@ -241,9 +251,9 @@ class ProfilingSession:
             self._end_block(now)  # the steps so far are complete: a block boundary
             self._ends[0] = now  # a step_end() without resume() times from here
             self._due = 1
-        if (activity == "validation" and self.config.capture_validation and not self._paused
+        if (activity == VALIDATION and self.config.capture_validation and not self._paused
                 and self._opened):
-            self._captures.begin_between_steps(self.step, "validation")
+            self._captures.begin_between_steps(self.step, VALIDATION)
         self._paused = True
         if self._auditing:
             self._stop_audit(cancel=True)
@@ -385,7 +395,7 @@ class ProfilingSession:
         if self._baseline_step is not None and step >= self._baseline_step:
             self._baseline_step = None  # once: a capture of healthy steps, before any slowdown
             if self._captures.captures_started == 0 and self._captures.active is None:
-                self.request_capture(trigger="baseline")
+                self._request(CaptureRequest(BASELINE))
         self._captures.begin_step(step, now)
         active = self._captures.active
         memory = self._memory
@@ -472,7 +482,7 @@ class ProfilingSession:
     def _on_detector_finding(self, finding: Finding) -> None:
         self.emit(finding)
         if finding.capture is not None:  # the detector asks for a capture with this finding
-            self.request_capture(trigger=finding.capture)
+            self._request(finding.capture)
 
     def _publish(self, summary: IntervalSummary, now: float) -> None:
         """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""

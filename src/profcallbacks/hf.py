@@ -29,7 +29,6 @@ from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.options.stall import StallConfig
 from profcallbacks.options.sync_audit import SyncAuditConfig
 from profcallbacks.options.trace import TraceOptions
-from profcallbacks.run.defaults import default_detectors
 from profcallbacks.run.session import ProfilingSession
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,6 @@ class ProfilerCallback(TrainerCallback):
         rank = RankInfo.detect()
         logdir = self.logdir or tensorboard_logdir(args, state, rank)
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
-                                   detectors=default_detectors(self.config, rank),
                                    metrics_sinks=[self._metrics.update],
                                    start_step=state.global_step,
                                    log_findings=state.is_world_process_zero)

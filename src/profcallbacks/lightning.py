@@ -31,7 +31,6 @@ from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.options.stall import StallConfig
 from profcallbacks.options.sync_audit import SyncAuditConfig
 from profcallbacks.options.trace import TraceOptions
-from profcallbacks.run.defaults import default_detectors
 from profcallbacks.run.session import ProfilingSession
 
 log = logging.getLogger(__name__)
@@ -138,7 +137,6 @@ class ProfilerCallback(Callback):
         rank = RankInfo.detect()  # the process group exists by now
         self.session = ProfilingSession(
             config, self.logdir, rank=rank, on_finding=self._on_finding,
-            detectors=default_detectors(config, rank),
             metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
             start_step=trainer.global_step, log_findings=trainer.is_global_zero)
         self.session.restore(captures_started=self._captures_started)

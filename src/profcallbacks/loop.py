@@ -22,7 +22,6 @@ from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.options.stall import StallConfig
 from profcallbacks.options.sync_audit import SyncAuditConfig
 from profcallbacks.options.trace import TraceOptions
-from profcallbacks.run.defaults import default_detectors
 from profcallbacks.run.session import ProfilingSession
 
 T = TypeVar("T")
@@ -76,19 +75,16 @@ class StepProfiler:
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
-        self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
-                                        detectors=default_detectors(config, rank))
+        self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding)
 
     def __enter__(self) -> StepProfiler:
         self.session.open()
-        self.step = self.session.step_end  # type: ignore[method-assign]  # one call less per step
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None:
             self.session.on_exception(exc)  # out_of_memory is written before the error propagates
-        self.__dict__.pop("step", None)
         self.session.close(failed=exc_type is not None)
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:

@@ -106,7 +106,7 @@ class CaptureController:
         return self._capture is not None or (exporter is not None and exporter.busy
                                              and exporter.in_process)
 
-    def attention_step(self, step: int) -> int:
+    def boundary_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
         planner = self._planner
         if self._capture is not None or planner.window is not None or planner.has_pending:

@@ -50,6 +50,7 @@ from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.core.triggers import SLOWDOWN, CaptureRequest
+from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 from profcallbacks.options.slowdown import SlowdownConfig
 
@@ -97,7 +98,7 @@ class _Stretch:
         self.at_peak = False
 
 
-class SlowdownDetector:
+class SlowdownDetector(Participant):
     """Raises one ``step_slowdown`` finding per sustained slowdown; O(1) work per step.
 
     Args:

@@ -12,6 +12,7 @@ from itertools import repeat
 from operator import add
 
 from profcallbacks.core.timing import StepRecord, median
+from profcallbacks.detect.base import Participant
 from profcallbacks.detect.loaders import LoaderInfo, stall_advice
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 from profcallbacks.options.stall import StallConfig
@@ -32,7 +33,7 @@ class _Block:
         return self.wait_s / self.time_s if self.time_s > 0 else 0.0
 
 
-class StallDetector:
+class StallDetector(Participant):
     """Turns step records into ``dataloader_stall`` episodes and isolated-wait notes.
 
     Steps with a profiler attached and steps right after a pause are left out of the statistic;

@@ -33,6 +33,7 @@ from functools import reduce
 from operator import add
 
 from profcallbacks.core.timing import StepRecord, median
+from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STRAGGLER, Finding
 from profcallbacks.options.straggler import STRAGGLER_THRESHOLD, StragglerConfig
 
@@ -44,7 +45,7 @@ Gather = Callable[[list[float]], list[list[float]]]
 """Takes this rank's summary floats; returns every rank's, indexed by rank (a collective)."""
 
 
-class StragglerDetector:
+class StragglerDetector(Participant):
     """Flags a rank that is consistently slower than the others.
 
     Args:
@@ -73,7 +74,7 @@ class StragglerDetector:
         self._reported: set[int] = set()
         self._disabled = False
 
-    def attention_step(self, step: int) -> int:
+    def boundary_step(self, step: int) -> int:
         """The session must hand over the steps before this one at once (a collective follows).
 
         Every rank then meets the others between the same two steps, also when the training

@@ -64,7 +64,7 @@ class ProfilerCallback(TrainerCallback):
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 sync_audit: SyncAuditConfig | bool | None = SyncAuditConfig(),
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
@@ -75,6 +75,12 @@ class ProfilerCallback(TrainerCallback):
         self._requests: list[int | None] = []
         self._metrics = _LatestMetrics()
         self._closer: weakref.finalize | None = None
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str] | None = None, *,
+                    on_finding: FindingHandler | None = None) -> ProfilerCallback:
+        """A callback with the options of ``config`` (one config shared by several front ends)."""
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     @property
     def findings(self) -> list[Finding]:
@@ -194,6 +200,10 @@ class ProfilerCallback(TrainerCallback):
             return  # the Trainer decides after this hook whether to save: on_save resumes, or
             # the next on_step_begin when it does not save
         self.session.resume()
+
+
+HFProfilerCallback = ProfilerCallback
+"""The same callback, by a name that says which framework it is for."""
 
 
 class _LatestMetrics:

@@ -67,7 +67,7 @@ class ProfilerCallback(Callback):
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 sync_audit: SyncAuditConfig | bool | None = SyncAuditConfig(),
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
@@ -83,6 +83,12 @@ class ProfilerCallback(Callback):
         self._other_kineto = False
         self._trainer: Any = None
         self._fetch_timer: FetchTimer | None = None
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str] | None = None, *,
+                    on_finding: FindingHandler | None = None) -> ProfilerCallback:
+        """A callback with the options of ``config`` (one config shared by several front ends)."""
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     @property
     def findings(self) -> list[Finding]:
@@ -229,3 +235,7 @@ class ProfilerCallback(Callback):
         return any(isinstance(logger, TensorBoardLogger)
                    and Path(logger.log_dir).resolve() == logdir.resolve()
                    for logger in trainer.loggers)
+
+
+LightningProfilerCallback = ProfilerCallback
+"""The same callback, by a name that says which framework it is for."""

@@ -69,13 +69,25 @@ class StepProfiler:
                  ranks: tuple[int, ...] | None = None,
                  stall: StallConfig | None = StallConfig(),
                  slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 sync_audit: SyncAuditConfig | bool | None = SyncAuditConfig(),
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding)
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str], *,
+                    on_finding: FindingHandler | None = None) -> StepProfiler:
+        """A profiler with the options of ``config`` (one config shared by several front ends).
+
+        Example:
+            >>> config = ProfilerConfig(schedule=None, max_captures=2)
+            >>> StepProfiler.from_config(config, getfixture("tmp_path")).session.config == config
+            True
+        """
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     def __enter__(self) -> StepProfiler:
         self.session.open()

@@ -75,7 +75,7 @@ class SyncSite:
     library_ops: dict[str, str] = field(default_factory=dict)
 
 
-class _Frames:
+class CallerFrames:
     """Classifies source files as user code, a library (by package) or transparent plumbing."""
 
     def __init__(self, libraries: tuple[str, ...]) -> None:
@@ -148,7 +148,7 @@ class SyncSpy(TorchDispatchMode):
         # CPU run: tensors derived from trainable parameters (weak keys: nothing is kept alive)
         self._derived: WeakIdKeyDictionary | None = None if self.accelerator else (
             derived if derived is not None else WeakIdKeyDictionary())
-        self._frames = _Frames(libraries)
+        self._frames = CallerFrames(libraries)
         self._tid = threading.get_ident()
         self._saved: dict[str, Any] = {}
         self._depth = 0

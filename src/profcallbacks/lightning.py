@@ -25,7 +25,7 @@ from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.memory import MemoryConfig
-from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
 from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.options.stall import StallConfig
@@ -59,17 +59,17 @@ class ProfilerCallback(Callback):
     """
 
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
-                 schedule: Schedule | None = Schedule(),
-                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+                 schedule: Schedule | None = DEFAULTS.schedule,
+                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: SyncAuditConfig | bool | None = SyncAuditConfig(),
+                 stall: StallConfig | None = DEFAULTS.stall,
+                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
+                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
+                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None

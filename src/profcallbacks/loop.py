@@ -16,7 +16,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options.memory import MemoryConfig
-from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
 from profcallbacks.options.slowdown import SlowdownConfig
 from profcallbacks.options.stall import StallConfig
@@ -61,17 +61,17 @@ class StepProfiler:
         ...         train_step(batch); prof.step()
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
-                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = DEFAULTS.schedule,
+                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: SyncAuditConfig | bool | None = SyncAuditConfig(),
+                 stall: StallConfig | None = DEFAULTS.stall,
+                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
+                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
+                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()

@@ -144,3 +144,7 @@ class ProfilerConfig:
 
     def traces_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
+
+
+DEFAULTS = ProfilerConfig()
+"""Every option at its default: the defaults of the front ends' keyword signatures."""

@@ -4,6 +4,7 @@ between blocks of steps, driven by plain calls from a front end."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
@@ -18,7 +19,7 @@ from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.defaults import default_auditor, default_detectors
@@ -74,6 +75,7 @@ class ProfilingSession:
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
+        self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
@@ -83,6 +85,7 @@ class ProfilingSession:
         self._publisher: SummaryPublisher | None = None
         self._findings_file: FindingsFile | None = None
         self._lock: RunLock | None = None
+        self._left_shared = False  # the lock was taken over: own files from then on
         # The block buffer: _ends[0] is when the block's first step began, _ends[k] when its
         # k-th step ended (stored by step_end()); _waits[k] that step's data wait (added to by
         # data_wait() and batch_arrived(), zeroed when a block begins).
@@ -183,6 +186,8 @@ class ProfilingSession:
 
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
+        if self._lock is not None and self._lock.lost and not self._left_shared:
+            self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
     def open(self) -> None:
@@ -355,6 +360,17 @@ class ProfilingSession:
                 self._findings_file.close()
             self._release_lock()
 
+    def _leave_shared_files(self, lock: RunLock) -> None:
+        """Another run took the log directory over (this one was suspended): write this run's
+        steps and findings to names of its own from now on (the lock warned once)."""
+        self._left_shared = True
+        run = f"{lock.host}-{os.getpid()}"
+        if self._publisher is not None and self._publisher.steps_file is not None:
+            steps = self._publisher.steps_file
+            steps.move_to(run_specific_file(steps.path, run))
+        if self._findings_file is not None:
+            self._findings_file.move_to(run_specific_file(self._findings_file.path, run))
+
     def _release_lock(self) -> None:
         if self._lock is not None:
             self._lock.release()
@@ -448,6 +464,8 @@ class ProfilingSession:
 
     def _publish(self, summary: IntervalSummary, now: float) -> None:
         """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""
+        if self._lock is not None and self._lock.lost and not self._left_shared:
+            self._leave_shared_files(self._lock)
         memory: dict[str, float] = {}
         findings: list[Finding] = []
         for participant in list(self._participants):

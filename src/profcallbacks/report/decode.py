@@ -32,6 +32,7 @@ try:
         stream: Any = -1
         correlation: Any = -1
         profcallbacks: Any = None
+        flops: Any = None
 
     class Event(msgspec.Struct, gc=False):
         """One trace event: the fields the report reads (``MISSING`` when absent)."""
@@ -51,6 +52,7 @@ try:
         traceEvents: list[Event | list[Any] | str | int | float | bool | None]
         profcallbacks: Any = None
         distributedInfo: Any = None
+        deviceProperties: Any = None
 
     _decoder: Any = msgspec.json.Decoder(Trace)
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
@@ -64,10 +66,12 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
     class Args:  # type: ignore[no-redef]
         """The ``args`` keys the report reads."""
 
-        __slots__ = ("stream", "correlation", "profcallbacks")
+        __slots__ = ("stream", "correlation", "profcallbacks", "flops")
 
-        def __init__(self, stream: Any = -1, correlation: Any = -1, profcallbacks: Any = None) -> None:
+        def __init__(self, stream: Any = -1, correlation: Any = -1, profcallbacks: Any = None,
+                     flops: Any = None) -> None:
             self.stream, self.correlation, self.profcallbacks = stream, correlation, profcallbacks
+            self.flops = flops
 
     class Event:  # type: ignore[no-redef]
         """One trace event: the fields the report reads (``MISSING`` when absent)."""
@@ -83,12 +87,12 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
     class Trace:  # type: ignore[no-redef]
         """A Chrome trace: its events and the two blocks the report reads."""
 
-        __slots__ = ("traceEvents", "profcallbacks", "distributedInfo")
+        __slots__ = ("traceEvents", "profcallbacks", "distributedInfo", "deviceProperties")
 
         def __init__(self, traceEvents: list[Any], profcallbacks: Any = None,  # noqa: N803
-                     distributedInfo: Any = None) -> None:  # noqa: N803
+                     distributedInfo: Any = None, deviceProperties: Any = None) -> None:  # noqa: N803
             self.traceEvents, self.profcallbacks = traceEvents, profcallbacks
-            self.distributedInfo = distributedInfo
+            self.distributedInfo, self.deviceProperties = distributedInfo, deviceProperties
 
 def _event(value: Any) -> Any:
     if not isinstance(value, dict):
@@ -96,7 +100,8 @@ def _event(value: Any) -> Any:
     get = value.get
     args = get("args", MISSING)
     if isinstance(args, dict):
-        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("profcallbacks"))
+        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("profcallbacks"),
+                    args.get("flops"))
     return Event(get("ph", MISSING), get("cat", MISSING), get("name", MISSING), get("pid", MISSING),
                  get("tid", MISSING), get("ts", MISSING), get("dur", MISSING), args)
 
@@ -110,7 +115,8 @@ def slim(trace: Any, path: Path) -> Trace:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ReadError(path, "not a Chrome trace (no traceEvents list)")
     return Trace(traceEvents=[_event(e) for e in trace["traceEvents"]],
-                 profcallbacks=trace.get("profcallbacks"), distributedInfo=trace.get("distributedInfo"))
+                 profcallbacks=trace.get("profcallbacks"), distributedInfo=trace.get("distributedInfo"),
+                 deviceProperties=trace.get("deviceProperties"))
 
 
 def load_trace(path: Path) -> Trace:

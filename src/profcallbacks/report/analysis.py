@@ -12,6 +12,7 @@ from typing import Any
 from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report import gpu as gpu_mod
 from profcallbacks.report.events import scan
+from profcallbacks.report.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.host import host_side
 from profcallbacks.report.verdict import decide
 
@@ -99,8 +100,10 @@ def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 
 def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any]:
     """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture."""
-    metrics = pool([f["metrics"] for f in files])
-    return {"metrics": metrics, "verdict": decide(metrics, sync_sites) if metrics else None}
+    metrics = pool([f["metrics"] for f in files if "metrics" in f])
+    diagnoses = pool_diagnoses([(str(f.get("rank", "-")), f.get("diagnoses") or []) for f in files])
+    return {"metrics": metrics, "verdict": decide(metrics, sync_sites) if metrics else None,
+            "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
 
 
 def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any] | None:

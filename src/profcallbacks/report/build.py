@@ -21,6 +21,7 @@ from profcallbacks.report.analysis import (
     public_metrics,
     run_verdict,
 )
+from profcallbacks.report.expert import pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
@@ -28,7 +29,7 @@ from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
 
@@ -88,8 +89,11 @@ def locate_run(path: Path) -> RunFiles:
     return runs[0]
 
 
-def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
-    """Reads every file of ``run`` and returns the report (see docs/report-schema.md)."""
+def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
+    """Reads every file of ``run`` and returns the report (see docs/report-schema.md).
+
+    ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
+    """
     problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     findings = _read_findings(run, problems)
@@ -120,6 +124,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                 problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
                              if not (summary.bad_events and p.startswith("skipped"))]  # said above
                 if analysis:
+                    analysis["rank"] = f"rank {summary.rank}"
                     analyses.append(analysis)
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True,
@@ -131,13 +136,18 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
         pooled = capture_analysis(analyses, sync_sites)
+        diagnoses = _with_sites(pooled["diagnoses"], sync_sites)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files,
                          "verdict": pooled["verdict"], "metrics": pooled["metrics"],
+                         "diagnoses": diagnoses,
+                         "throughput": with_peak(pooled["throughput"], peak_tflops),
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
                          "export_overlap": any(f.get("export_overlap") for f in files)})
     verdict = run_verdict(captures, sync_sites)
+    chosen = [c for c in captures if c["trigger"] not in UNHEALTHY_TRIGGERS] or captures
+    run_diagnoses = pool_diagnoses([(c["directory"], c["diagnoses"]) for c in chosen])
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
@@ -152,6 +162,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "ranks": ranks,
         "steps": step_stats(intervals),
         "verdict": verdict,
+        "diagnoses": run_diagnoses,
         "breakdown": breakdown(healthy or traces),
         "captures": captures,
         "top_operators": top_operators(traces, top),
@@ -161,6 +172,14 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }
+
+
+def _with_sites(diagnoses: list[dict[str, Any]], sync_sites: list[str]) -> list[dict[str, Any]]:
+    """The run's own sync findings name the user's line of a ``sync_in_step`` diagnosis."""
+    if not sync_sites:
+        return diagnoses
+    return [dict(d, where=", ".join(sync_sites[:3])) if d["kind"] == "sync_in_step" else d
+            for d in diagnoses]
 
 
 def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[str, Any]]:

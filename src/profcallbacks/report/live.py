@@ -15,6 +15,7 @@ from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.expert import TOP_LIVE, trace_expert
 from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide
@@ -30,7 +31,9 @@ def capture_profile(trace: Trace, info: CaptureInfo) -> dict[str, Any]:
     analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
     metrics = pool([analysis["metrics"]])
     steps = max(len(summary.steps), 1)
+    expert = trace_expert(trace.traceEvents, trace.deviceProperties)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
+            "diagnoses": expert["diagnoses"], "throughput": expert["throughput"],
             "verdict": decide(metrics) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(DATALOADER_PREFIXES)},  # that is "data wait"
@@ -64,11 +67,15 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     findings = []
     verdict = profile["verdict"]
     if verdict is not None:
+        top = profile["diagnoses"][:TOP_LIVE]
+        first = (f" Top diagnosis: {top[0]['kind']}, up to {top[0]['gain_ms']:.2f} ms per step: "
+                 f"{top[0]['fix'][0]}" if top else "")
         findings.append(Finding(
             CAPTURE_VERDICT, step, info.rank.rank, "info",
             f"capture {info.name}: {verdict['kind']} ({verdict['share']:.0%}); "
-            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
-            {"capture": info.name, **verdict}))
+            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
+            {"capture": info.name, **verdict, "diagnoses": top,
+             "throughput": profile["throughput"]}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
     if info.trigger == "slowdown" and healthy and profile["metrics"]:
         before = healthy[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
@@ -29,7 +30,8 @@ def render_text(report: dict[str, Any]) -> str:
     out = [f"profcallbacks report: {report['logdir']}",
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
-    out = _verdict_lines(report.get("verdict"), "Verdict") + out
+    out = _verdict_lines(report.get("verdict"), "Verdict") + diagnosis_lines(
+        report.get("diagnoses")) + out
     out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"])
     out += _captures_section(report["captures"])
@@ -112,6 +114,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
                 out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
                            f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
                            f", comm overlap {_pct(overlap)}")
+        line = throughput_text(c.get("throughput"))
+        if line:
+            out.append(f"  {c['directory']}: {line}")
         bd = c.get("breakdown")
         if len(captures) > 1 and bd:
             out.append(f"  {c['directory']}: step {_ms(bd['step_ms'])}, data wait "

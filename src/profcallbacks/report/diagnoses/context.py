@@ -50,7 +50,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     launch_of: dict[int, Op] = {}
     corr_of: dict[int, int] = {}  # id(kernel) -> correlation
     steps: list[tuple[float, float, str, bool]] = []
-    flops, flops_events = 0.0, 0
+    flops: list[tuple[float, float]] = []
     for event in events:
         try:
             if event.ph != "X":
@@ -71,8 +71,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
                 continue
             ops.append(Op(ts, end, name, (event.pid, event.tid)))
             if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
-                flops += float(args.flops)
-                flops_events += 1
+                flops.append((ts, float(args.flops)))
         elif cat == "python_function":
             frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
         elif cat in _RUNTIME_CATS:
@@ -107,7 +106,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
                    device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
-                   flops=flops, flops_events=flops_events, whole_span=whole)
+                   flops=flops, whole_span=whole)
 
 
 def _nest(ops: list[Op], runtime: list[Op]) -> None:

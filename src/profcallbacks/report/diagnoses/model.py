@@ -98,8 +98,7 @@ class Capture:
     kernels: list[Kernel]
     frames: dict[Any, list[Op]]
     device: Device | None
-    flops: float = 0.0
-    flops_events: int = 0
+    flops: list[tuple[float, float]] = field(default_factory=list)  # ts, FLOPs (with_flops)
     whole_span: bool = False
     cold: list[Span] = field(default_factory=list)
     sync_sites: list[str] = field(default_factory=list)

@@ -44,6 +44,8 @@ def run_rules(cap: Capture) -> list[Diagnosis]:
                                       diagnosis.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE):
             found.append(diagnosis)
     found.sort(key=lambda d: -d.gain_ms)
+    for d in found:
+        d.details["per"] = "capture" if cap.whole_span else "step"
     return found
 
 

@@ -4,8 +4,8 @@ Trigger: the dataloader's ``__next__`` ranges (``enumerate(DataLoader)#...``) co
 ``DATA_SHARE`` of the steady step. The iterator's name tells the worker setting:
 ``_SingleProcessDataLoaderIter`` is ``num_workers=0`` (batches built on the training thread);
 ``_MultiProcessingDataLoaderIter`` has workers that cannot keep up. On a GPU trace, host-to-device
-copies from pageable memory mean ``pin_memory`` is off. Cost: the data wait per step. Negative
-case: a loader that keeps ahead (no ``__next__`` range longer than a few us; the V100 trace).
+copies from pageable memory mean ``pin_memory`` is off. Cost: the data wait per step.
+Negative case: a loader that keeps ahead (no ``__next__`` range longer than a few us; the V100 trace).
 """
 
 from __future__ import annotations

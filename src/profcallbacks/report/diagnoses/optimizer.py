@@ -10,8 +10,8 @@ or a foreach optimizer (``multi_tensor_apply_kernel ... AdamFunctor`` on the mem
 ``grad_accumulation_sync``. Trigger: a step holding two or more ``DistributedDataParallel.forward``
 ranges (micro-batches) with an all-reduce (``nccl:all_reduce``, ``c10d::allreduce_``, or NCCL
 all-reduce kernels) after each of the first ones: DDP reduces gradients on every micro-batch, when
-only the last one needs it. Cost: the all-reduce time of every micro-batch but the last. Negative
-case: one forward per step (the V100 trace), or all-reduce after the last micro-batch only.
+only the last one needs it. Cost: the all-reduce time of every micro-batch but the last.
+Negative case: one forward per step (the V100 trace), or all-reduce after the last micro-batch only.
 """
 
 from __future__ import annotations

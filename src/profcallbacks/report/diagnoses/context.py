@@ -19,6 +19,9 @@ _HOST_CATS = frozenset({"cpu_op", "user_annotation"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP = "ProfilerStep#"
+HOST_ONLY_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event",
+                            "Trace", "fwdbwd", "Python", "Operator", "python_function_call"})
+"""Categories a trace without any accelerator activity holds (anything else is a device's)."""
 _ARCH = (("hopper", 9, 0), ("sm90", 9, 0), ("ampere", 8, 0), ("sm80", 8, 0), ("sm86", 8, 6),
          ("turing", 7, 5), ("sm75", 7, 5), ("volta", 7, 0), ("sm70", 7, 0))
 _ARCH_RE = re.compile(r"(?:^|[^a-z])(hopper|ampere|turing|volta|sm90|sm80|sm86|sm75|sm70)_")
@@ -30,8 +33,9 @@ def device_of(properties: Any, kernel_names: list[str]) -> Device | None:
         first = properties[0]
         major, minor = first.get("computeMajor"), first.get("computeMinor")
         if isinstance(major, int) and isinstance(minor, int):
-            name = first.get("name")
-            return Device(name if isinstance(name, str) else None, major, minor)
+            name = first.get("name") if isinstance(first.get("name"), str) else None
+            amd = name is not None and re.search(r"AMD|Radeon|Instinct|\bMI\d{3}", name) is not None
+            return Device(name, major, minor, nvidia=not amd)
     for name in kernel_names:
         match = _ARCH_RE.search(name)
         if match:
@@ -50,12 +54,16 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     launch_of: dict[int, Op] = {}
     corr_of: dict[int, int] = {}  # id(kernel) -> correlation
     steps: list[tuple[float, float, str, bool]] = []
+    cats: set[Any] = set()
     flops: list[tuple[float, float]] = []
     for event in events:
         try:
+            cat = event.cat
+            if type(cat) is str:
+                cats.add(cat)
             if event.ph != "X":
                 continue
-            cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
+            name, ts, dur = event.name, event.ts, event.dur
             if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
                 continue
             if not (math.isfinite(ts) and dur >= 0):
@@ -106,7 +114,8 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
                    device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
-                   flops=flops, whole_span=whole)
+                   flops=flops, whole_span=whole, cpu_only=cats <= HOST_ONLY_CATS,
+                   replayed="cuda_profiler_range" in cats)
 
 
 def _nest(ops: list[Op], runtime: list[Op]) -> None:

@@ -10,7 +10,7 @@ longer of the host's ``cudaMemcpy*`` call and the copy itself. Negative case: pi
 ``HIDDEN_SHARE`` of the step: ``Memcpy DtoD`` and copy kernels launched under ``aten::copy_``,
 ``contiguous``, ``clone``, ``reshape`` (not a ``.to()`` to another device), and cuDNN's
 ``nchwToNhwc``/``nhwcToNchw`` conversions (a convolution on tensor cores wants channels_last).
-On CPU: the self time of ``aten::copy_``/``contiguous``/``clone`` outside ``.to()``. Copies under
+On CPU-only traces (no accelerator activity at all): the time of ``aten::copy_``/``contiguous``/``clone`` outside ``.to()``. Copies under
 DDP's reducer are its gradient buckets (``gradient_as_bucket_view=True`` removes them). Cost: the
 copies' time per step. Negative case: copies under 5% of the step (DDP's bucket copies on the
 V100 trace, 1% of its step).
@@ -66,7 +66,7 @@ def hidden_copies(cap: Capture) -> Diagnosis | None:
             parts[label] = parts.get(label, 0.0) + k.dur
         reducer = sum(k.dur for k in found if any("reducer" in o for o in k.ops))
         layout = any(x in k.name for k in found for x in _LAYOUT)
-    else:
+    elif cap.cpu_only:
         host = [o for o in cap.ops if o.name.startswith(_COPY_OPS[:3]) and cap.in_steps(o.ts)
                 and not any(p.startswith(_DEVICE_MOVES + _COPY_OPS[:3]) for p in o.parents)]
         cost = sum(e - s for s, e in merge((o.ts, o.end) for o in host))
@@ -75,6 +75,8 @@ def hidden_copies(cap: Capture) -> Diagnosis | None:
             parts[o.name] = parts.get(o.name, 0.0) + o.end - o.ts
         reducer = sum(o.end - o.ts for o in host if any("reducer" in p for p in o.parents))
         layout = False
+    else:  # another accelerator (MTIA ...): its copy_ calls may be device transfers
+        return None
     gain, share = cap.per_step(cost)
     if share < HIDDEN_SHARE:
         return None

@@ -4,8 +4,8 @@
 ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, ``cudaMemcpy`` or a ``cudaMemcpyAsync`` whose
 copy goes device-to-host (``.item()``, ``.cpu()``, ``.tolist()``, printing
 a tensor, ``if tensor:``). The profiler's own flush at the end of its window (a
-``cudaDeviceSynchronize`` after the last step, or the last runtime call of a trace without steps)
-is not counted, nor are host-to-device copies from pageable memory (``pageable_copy``). Cost: the time covered by those calls. ``where``: the run's own sync findings'
+``cudaDeviceSynchronize`` after the last step; in a trace without step markers every
+``cudaDeviceSynchronize``, as a benchmark harness's timing syncs look the same) is not counted, nor are host-to-device copies from pageable memory (``pageable_copy``). Cost: the time covered by those calls. ``where``: the run's own sync findings'
 ``file:line``, else the innermost Python frame outside torch around the longest call (traces
 recorded ``with_stack=True``), else the operators around it. Negative case: a trace whose only
 long sync is the window-end flush (the V100 trace).
@@ -15,7 +15,8 @@ long sync is the window-end flush (the V100 trace).
 of the steps, and most idle gaps opened by a launch that came after the previous kernel ended
 (the host was late), with the host not blocked in a sync meanwhile. A capture whose host is
 initialising (long one-off calls, few long kernels: the AlexNet trace) does not qualify.
-Cost: the idle time behind late launches. Negative case: long kernels back to back.
+Not judged on a CUPTI range-profiling trace (``cuda_profiler_range`` events: each kernel was
+replayed, so launches took the profiler's time). Cost: the idle time behind late launches. Negative case: long kernels back to back.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ def _blocking(cap: Capture) -> list[Op]:
     copies = {k.launch_ts for k in cap.kernels if k.cat == "gpu_memcpy" and "DtoH" in k.name}
     out = [c for c in cap.runtime if "Synchronize" in c.name or c.name in ("cudaMemcpy", "cudaMemcpy2D")
            or (c.name == "cudaMemcpyAsync" and c.ts in copies)]
-    if cap.whole_span and cap.runtime:
-        last = max(cap.runtime, key=lambda c: c.ts)
-        out = [c for c in out if not (c is last and c.name == "cudaDeviceSynchronize")]
+    if cap.whole_span:  # no step markers: a harness's or the profiler's syncs cannot be told apart
+        out = [c for c in out if c.name != "cudaDeviceSynchronize"]
     return [c for c in out if cap.in_steps(c.ts)]
 
 
@@ -72,6 +72,8 @@ def sync_in_step(cap: Capture) -> Diagnosis | None:
 
 def launch_bound(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
+    if cap.replayed:
+        return None
     kernels = [k for k in cap.kernels if k.cat == "kernel" and cap.in_steps(k.launch_ts or k.ts)]
     if len(kernels) < MIN_KERNELS:
         return None

@@ -50,6 +50,7 @@ class Device:
     major: int
     minor: int
     guessed: bool = False
+    nvidia: bool = True  # False for AMD GPUs, whose deviceProperties give a gfx major (9 for MI250)
 
     @property
     def capability(self) -> str:
@@ -100,6 +101,8 @@ class Capture:
     device: Device | None
     flops: list[tuple[float, float]] = field(default_factory=list)  # ts, FLOPs (with_flops)
     whole_span: bool = False
+    cpu_only: bool = False  # no accelerator activity of any kind (CUDA, ROCm, MTIA ...)
+    replayed: bool = False  # CUPTI range profiling replayed each kernel: host timings are its own
     cold: list[Span] = field(default_factory=list)
     sync_sites: list[str] = field(default_factory=list)
     _starts: list[float] = field(default_factory=list, repr=False)

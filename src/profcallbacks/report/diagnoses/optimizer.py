@@ -2,7 +2,8 @@
 
 ``unfused_optimizer``. Trigger: inside ``Optimizer.step#...`` ranges, at least ``MIN_OPS`` kernels
 (GPU) or operators (CPU) per step, none of them a ``multi_tensor_apply`` kernel, a ``_foreach_``
-operator or a fused optimizer kernel: the optimizer loops over parameters, launching a few small
+operator or a fused optimizer kernel, and the optimizer not named fused (``FusedAdam``): the
+optimizer loops over parameters, launching a few small
 kernels for each. Cost: the optimizer ranges' time per step (what the whole step of the optimizer
 takes; a fused one still takes some, so this bounds the gain from above). Negative case: FusedAdam
 or a foreach optimizer (``multi_tensor_apply_kernel ... AdamFunctor`` on the memcpy_heavy trace).
@@ -32,8 +33,10 @@ def _inside(items: list[Op], start: float, end: float) -> list[Op]:
 def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     ranges = [o for o in cap.ops if o.name.startswith("Optimizer.step#") and cap.in_steps(o.ts)]
-    if not ranges:
+    if not ranges or any(_FUSED.search(r.name) for r in ranges):
         return None
+    if not cap.has_gpu and not cap.cpu_only:
+        return None  # a device whose kernels this trace does not show (MTIA, a CPU-side file)
     names: list[str] = []
     for r in ranges:
         if cap.has_gpu:

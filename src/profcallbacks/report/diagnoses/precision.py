@@ -20,7 +20,8 @@ them free).
 The cost is listed when it passes 3% of the step or ``MIN_GPU_SHARE`` of the kernels' time (a
 GPU idle most of the step gains little now, but these kernels are its work once the host keeps up).
 
-Negative case: tensor-core kernels only, or a GPU older than sm70, or no GPU.
+Negative case: tensor-core kernels only, a GPU older than sm70, an AMD GPU (its
+``computeMajor`` is a gfx generation, not a CUDA capability), or no GPU.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def precision(name: str) -> str:
 def fp32_compute(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     device = cap.device
-    if device is None or device.major < 7:
+    if device is None or not device.nvidia or device.major < 7:
         return None
     by_class: dict[str, dict[str, float]] = {"matmul": {}, "conv": {}}
     fp32_ops: dict[str, dict[str, float]] = {"matmul": {}, "conv": {}}

@@ -15,6 +15,9 @@ Cost: the union of those calls (or the first step's excess over the median, whic
 spread over the captured steps. That time is left out of the steady-state step of every later
 rule, and the steady state is given in ``details``.
 
+Not judged on a CUPTI range-profiling trace (``cuda_profiler_range`` events): each kernel was
+replayed to read its counters, so every launch took tens of milliseconds of the profiler's time.
+
 Negative case: a capture scheduled past start-up (no such call; steps of even length).
 """
 
@@ -39,6 +42,8 @@ _INIT_HINTS = {"cudaDeviceGetStreamPriorityRange": "lazy CUDA initialisation",
 
 def cold_start(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
+    if cap.replayed:
+        return None
     long_calls = [c for c in cap.runtime if c.end - c.ts >= COLD_CALL_US
                   and not any(w in c.name for w in _WAITS)]
     cold = merge((c.ts, c.end) for c in long_calls)

@@ -12,13 +12,17 @@ import math
 import re
 from typing import Any
 
-from profcallbacks.report.decode import MISSING, Args
+from profcallbacks.report.decode import MISSING, Args, shape_value
+from profcallbacks.report.diagnoses.flops import COUNTED, shape_flops
 from profcallbacks.report.diagnoses.model import Capture, Device, Kernel, Op
 
 _HOST_CATS = frozenset({"cpu_op", "user_annotation"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP = "ProfilerStep#"
+OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
+            "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+"""torch 1.8-1.13 category names and today's."""
 HOST_ONLY_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event",
                             "Trace", "fwdbwd", "Python", "Operator", "python_function_call"})
 """Categories a trace without any accelerator activity holds (anything else is a device's)."""
@@ -56,6 +60,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     steps: list[tuple[float, float, str, bool]] = []
     cats: set[Any] = set()
     flops: list[tuple[float, float]] = []
+    shaped: list[tuple[Op, Any]] = []
     for event in events:
         try:
             cat = event.cat
@@ -64,6 +69,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
             if event.ph != "X":
                 continue
             name, ts, dur = event.name, event.ts, event.dur
+            cat = OLD_CATS.get(cat, cat)
             if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
                 continue
             if not (math.isfinite(ts) and dur >= 0):
@@ -77,9 +83,12 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
             if name.startswith(_STEP):
                 steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
                 continue
-            ops.append(Op(ts, end, name, (event.pid, event.tid)))
+            op = Op(ts, end, name, (event.pid, event.tid))
+            ops.append(op)
             if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
                 flops.append((ts, float(args.flops)))
+            elif args is not None and name in COUNTED:
+                shaped.append((op, args))
         elif cat == "python_function":
             frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
         elif cat in _RUNTIME_CATS:
@@ -95,6 +104,15 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
             if corr >= 0:
                 corr_of[id(kernel)] = corr
     _nest(ops, runtime)
+    source = "with_flops" if flops else None
+    if not flops:
+        for op, args in shaped:
+            if any(p in COUNTED for p in op.parents):
+                continue  # counted once, at the outermost counted operator
+            value = shape_flops(op.name, shape_value(args.dims), shape_value(args.concrete))
+            if value:
+                flops.append((op.ts, value))
+        source = "shapes" if flops else None
     for kernel in kernels:
         call = launch_of.get(corr_of.get(id(kernel), -1))
         if call is not None:
@@ -114,7 +132,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
                    device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
-                   flops=flops, whole_span=whole, cpu_only=cats <= HOST_ONLY_CATS,
+                   flops=flops, flops_source=source, whole_span=whole, cpu_only=cats <= HOST_ONLY_CATS,
                    replayed="cuda_profiler_range" in cats)
 
 

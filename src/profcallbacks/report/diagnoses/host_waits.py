@@ -13,7 +13,8 @@ long sync is the window-end flush (the V100 trace).
 ``launch_bound``. Trigger (GPU traces, steady part only, the cold part left out): at least
 ``MIN_KERNELS`` kernels, at least half of them shorter than 10 us, the GPU idle for at least 30%
 of the steps, and most idle gaps opened by a launch that came after the previous kernel ended
-(the host was late), with the host not blocked in a sync meanwhile. A capture whose host is
+(the host was late), with the host neither blocked in a sync nor waiting for the data loader
+meanwhile (those gaps are ``sync_in_step``'s and ``input_pipeline``'s). A capture whose host is
 initialising (long one-off calls, few long kernels: the AlexNet trace) does not qualify.
 Not judged on a CUPTI range-profiling trace (``cuda_profiler_range`` events: each kernel was
 replayed, so launches took the profiler's time). Cost: the idle time behind late launches. Negative case: long kernels back to back.
@@ -21,6 +22,7 @@ replayed, so launches took the profiler's time). Cost: the idle time behind late
 
 from __future__ import annotations
 
+from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.diagnoses.context import enclosing_frame
 from profcallbacks.report.diagnoses.model import Capture, Diagnosis, Op, ms, op_path
 from profcallbacks.report.intervals import merge, subtract
@@ -88,7 +90,9 @@ def launch_bound(cap: Capture) -> Diagnosis | None:
     idle = span - sum(e - s for s, e in busy)
     if span <= 0 or idle / span < IDLE_SHARE:
         return None
-    syncs = merge((c.ts, c.end) for c in _blocking(cap))
+    waits = [(c.ts, c.end) for c in _blocking(cap)]
+    waits += [(o.ts, o.end) for o in cap.ops if o.name.startswith(DATALOADER_PREFIXES)]
+    syncs = merge(waits)
     late = 0.0
     for prev, cur in zip(kernels, kernels[1:], strict=False):
         gap = cur.ts - prev.end

@@ -99,7 +99,8 @@ class Capture:
     kernels: list[Kernel]
     frames: dict[Any, list[Op]]
     device: Device | None
-    flops: list[tuple[float, float]] = field(default_factory=list)  # ts, FLOPs (with_flops)
+    flops: list[tuple[float, float]] = field(default_factory=list)  # ts, FLOPs of an operator
+    flops_source: str | None = None  # "with_flops" (the trace's own counts) or "shapes"
     whole_span: bool = False
     cpu_only: bool = False  # no accelerator activity of any kind (CUDA, ROCm, MTIA ...)
     replayed: bool = False  # CUPTI range profiling replayed each kernel: host timings are its own

@@ -1,8 +1,9 @@
 """Throughput and MFU of one capture: FLOPs per step, achieved TFLOP/s, and the share of the peak.
 
-FLOPs come from the trace's ``flops`` arguments, which torch.profiler writes on matmul,
-convolution and elementwise operators when recorded ``with_flops=True``
-(``TraceOptions(with_flops=True)``); without them there are no FLOPs and no MFU. MFU (model FLOPs
+FLOPs come from the trace's ``flops`` arguments where torch.profiler wrote them (``with_flops=True``
+in torch versions that put them in the trace), else from the recorded input shapes of matmul,
+convolution and attention operators (``record_shapes=True``, the default of ``TraceOptions``; see
+``flops.py``); without either there are no FLOPs and no MFU. MFU (model FLOPs
 utilisation) is the achieved rate over the device's **dense** datasheet peak for the dtype the
 GEMM kernels ran in (``PEAK_TFLOPS``; never the 2:4-sparsity figures, which are twice as high).
 An unknown device or dtype gives no MFU unless a peak is passed (``--peak-tflops``); the
@@ -33,6 +34,11 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
 _MATCH = (("H100 PCIe", r"H100.*PCIe"), ("H100 SXM", r"H100"), ("H200", r"H200"),
           ("A100", r"A100"), ("L40S", r"L40S"), ("L4", r"\bL4\b"), ("A10", r"\bA10G?\b"),
           ("V100 PCIe", r"V100.*PCIE"), ("V100 SXM2", r"V100"), ("T4", r"\bT4\b"))
+
+
+_NOTE = {"shapes": "matmul, convolution and fused-attention operators only; kernels launched "
+                   "without an aten operator (compiled graphs, custom ops) are not counted, so "
+                   "this is a lower bound"}
 
 
 def device_key(name: str | None) -> str | None:
@@ -72,6 +78,7 @@ def throughput(cap: Capture, peak_tflops: float | None = None) -> dict[str, Any]
         peak, source = PEAK_TFLOPS[key][dtype], f"{key} dense {dtype} datasheet peak"
     mfu = achieved / peak if achieved is not None and peak else None
     return {"step_ms": step_ms, "steps_per_s": steps_per_s,
-            "flops_per_step": flops, "flops_source": "with_flops" if flops else None,
+            "flops_per_step": flops, "flops_source": cap.flops_source if flops else None,
+            "flops_note": _NOTE.get(cap.flops_source) if flops else None,
             "achieved_tflops": achieved, "device": device, "dtype": dtype,
             "peak_tflops": peak, "peak_source": source, "mfu": mfu}

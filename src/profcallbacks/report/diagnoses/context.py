@@ -63,13 +63,11 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     shaped: list[tuple[Op, Any]] = []
     for event in events:
         try:
-            cat = event.cat
-            if type(cat) is str:
-                cats.add(cat)
             if event.ph != "X":
                 continue
-            name, ts, dur = event.name, event.ts, event.dur
-            cat = OLD_CATS.get(cat, cat)
+            cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
+            if cat in OLD_CATS:
+                cat = OLD_CATS[cat]
             if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
                 continue
             if not (math.isfinite(ts) and dur >= 0):
@@ -103,6 +101,8 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
             corr = _int(args.correlation) if args is not None else -1
             if corr >= 0:
                 corr_of[id(kernel)] = corr
+        elif type(cat) is str:
+            cats.add(cat)  # another device's activity (mtia_runtime ...) or a host category
     _nest(ops, runtime)
     source = "with_flops" if flops else None
     if not flops:
@@ -132,7 +132,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
                    device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
-                   flops=flops, flops_source=source, whole_span=whole, cpu_only=cats <= HOST_ONLY_CATS,
+                   flops=flops, flops_source=source, whole_span=whole, cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
                    replayed="cuda_profiler_range" in cats)
 
 

@@ -57,7 +57,7 @@ class Device:
         return f"sm{self.major}{self.minor}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """A CPU operator or annotation (us); ``parents``: the names of the ones enclosing it."""
 
@@ -68,7 +68,7 @@ class Op:
     parents: tuple[str, ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class Kernel:
     """A GPU kernel, memcpy or memset (us) and the host call that launched it."""
 

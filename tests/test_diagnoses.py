@@ -27,7 +27,7 @@ def trace_path(stem: str) -> Path:
     pytest.skip(f"{stem}: not in tests/data and ../shared/gpu-traces is absent")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real(stem: str) -> dict[str, Any]:
     trace = load_trace(trace_path(stem))
     found, _ = diagnose_events(trace.traceEvents, trace.deviceProperties)

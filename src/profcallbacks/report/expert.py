@@ -46,12 +46,12 @@ def pool_diagnoses(groups: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[
 
 def pool_throughput(rows: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """The mean of several files' throughput (ranks of one capture); None without any."""
-    rows = [r for r in rows if r]
-    if not rows:
+    known = [r for r in rows if r]
+    if not known:
         return None
-    out = dict(rows[0])
+    out = dict(known[0])
     for key in ("step_ms", "steps_per_s", "flops_per_step", "achieved_tflops", "mfu"):
-        values = [r[key] for r in rows if r.get(key) is not None]
+        values = [r[key] for r in known if r.get(key) is not None]
         out[key] = sum(values) / len(values) if values else None
     return out
 

@@ -114,8 +114,9 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
                 flops.append((op.ts, value))
         source = "shapes" if flops else None
     for kernel in kernels:
-        call = launch_of.get(corr_of.get(id(kernel), -1))
-        if call is not None:
+        found = launch_of.get(corr_of.get(id(kernel), -1))
+        if found is not None:
+            call = found
             kernel.launch_ts = call.ts
             kernel.ops = call.parents
     kernels.sort(key=lambda k: k.ts)
@@ -132,7 +133,8 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
                    device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
-                   flops=flops, flops_source=source, whole_span=whole, cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
+                   flops=flops, flops_source=source, whole_span=whole,
+                   cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
                    replayed="cuda_profiler_range" in cats)
 
 

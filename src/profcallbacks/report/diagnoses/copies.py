@@ -9,11 +9,11 @@ longer of the host's ``cudaMemcpy*`` call and the copy itself. Negative case: pi
 ``hidden_copies``. Trigger: device-to-device copies and layout conversions taking at least
 ``HIDDEN_SHARE`` of the step: ``Memcpy DtoD`` and copy kernels launched under ``aten::copy_``,
 ``contiguous``, ``clone``, ``reshape`` (not a ``.to()`` to another device), and cuDNN's
-``nchwToNhwc``/``nhwcToNchw`` conversions (a convolution on tensor cores wants channels_last).
-On CPU-only traces (no accelerator activity at all): the time of ``aten::copy_``/``contiguous``/``clone`` outside ``.to()``. Copies under
-DDP's reducer are its gradient buckets (``gradient_as_bucket_view=True`` removes them). Cost: the
-copies' time per step. Negative case: copies under 5% of the step (DDP's bucket copies on the
-V100 trace, 1% of its step).
+``nchwToNhwc``/``nhwcToNchw`` conversions (a convolution on tensor cores wants channels_last). On
+CPU-only traces (no accelerator activity at all): the time of
+``aten::copy_``/``contiguous``/``clone`` outside ``.to()``. Copies under DDP's reducer are its
+gradient buckets (``gradient_as_bucket_view=True`` removes them). Cost: the copies' time per step.
+Negative case: copies under 5% of the step (DDP's bucket copies on the V100 trace, 1% of its step).
 """
 
 from __future__ import annotations

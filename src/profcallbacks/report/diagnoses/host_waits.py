@@ -2,22 +2,24 @@
 
 ``sync_in_step``. Trigger (GPU traces): the host blocked inside steps in ``cudaStreamSynchronize``,
 ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, ``cudaMemcpy`` or a ``cudaMemcpyAsync`` whose
-copy goes device-to-host (``.item()``, ``.cpu()``, ``.tolist()``, printing
-a tensor, ``if tensor:``). The profiler's own flush at the end of its window (a
-``cudaDeviceSynchronize`` after the last step; in a trace without step markers every
-``cudaDeviceSynchronize``, as a benchmark harness's timing syncs look the same) is not counted, nor are host-to-device copies from pageable memory (``pageable_copy``). Cost: the time covered by those calls. ``where``: the run's own sync findings'
-``file:line``, else the innermost Python frame outside torch around the longest call (traces
-recorded ``with_stack=True``), else the operators around it. Negative case: a trace whose only
-long sync is the window-end flush (the V100 trace).
+copy goes device-to-host (``.item()``, ``.cpu()``, ``.tolist()``, printing a tensor, ``if
+tensor:``). The profiler's own flush at the end of its window (a ``cudaDeviceSynchronize`` after
+the last step; in a trace without step markers every ``cudaDeviceSynchronize``, as a benchmark
+harness's timing syncs look the same) is not counted, nor are host-to-device copies from pageable
+memory (``pageable_copy``). Cost: the time covered by those calls. ``where``: the run's own sync
+findings' ``file:line``, else the innermost Python frame outside torch around the longest call
+(traces recorded ``with_stack=True``), else the operators around it. Negative case: a trace whose
+only long sync is the window-end flush (the V100 trace).
 
 ``launch_bound``. Trigger (GPU traces, steady part only, the cold part left out): at least
-``MIN_KERNELS`` kernels, at least half of them shorter than 10 us, the GPU idle for at least 30%
-of the steps, and most idle gaps opened by a launch that came after the previous kernel ended
-(the host was late), with the host neither blocked in a sync nor waiting for the data loader
-meanwhile (those gaps are ``sync_in_step``'s and ``input_pipeline``'s). A capture whose host is
-initialising (long one-off calls, few long kernels: the AlexNet trace) does not qualify.
-Not judged on a CUPTI range-profiling trace (``cuda_profiler_range`` events: each kernel was
-replayed, so launches took the profiler's time). Cost: the idle time behind late launches. Negative case: long kernels back to back.
+``MIN_KERNELS`` kernels, at least half of them shorter than 10 us, the GPU idle for at least 30% of
+the steps, and most idle gaps opened by a launch that came after the previous kernel ended (the
+host was late), with the host neither blocked in a sync nor waiting for the data loader meanwhile
+(those gaps are ``sync_in_step``'s and ``input_pipeline``'s). A capture whose host is initialising
+(long one-off calls, few long kernels: the AlexNet trace) does not qualify. Not judged on a CUPTI
+range-profiling trace (``cuda_profiler_range`` events: each kernel was replayed, so launches took
+the profiler's time). Cost: the idle time behind late launches. Negative case: long kernels back to
+back.
 """
 
 from __future__ import annotations

@@ -79,6 +79,6 @@ def throughput(cap: Capture, peak_tflops: float | None = None) -> dict[str, Any]
     mfu = achieved / peak if achieved is not None and peak else None
     return {"step_ms": step_ms, "steps_per_s": steps_per_s,
             "flops_per_step": flops, "flops_source": cap.flops_source if flops else None,
-            "flops_note": _NOTE.get(cap.flops_source) if flops else None,
+            "flops_note": _NOTE.get(cap.flops_source or "") if flops else None,
             "achieved_tflops": achieved, "device": device, "dtype": dtype,
             "peak_tflops": peak, "peak_source": source, "mfu": mfu}

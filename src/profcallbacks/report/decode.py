@@ -59,10 +59,12 @@ try:
     _decoder: Any = msgspec.json.Decoder(Trace)
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
     DECODER = "msgspec"
+    _RAW: Any = msgspec.Raw
 except ImportError:  # pragma: no cover - exercised where msgspec is absent
     _decoder = None
     _DECODE_ERRORS = ()
     DECODER = "dicts"
+    _RAW = None
     MISSING = type("Missing", (), {"__slots__": (), "__repr__": lambda self: "MISSING"})()
 
     class Args:  # type: ignore[no-redef]
@@ -99,14 +101,14 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
 def _raw(value: Any) -> Any:
     """``value`` as ``Args.dims``/``concrete`` hold it: undecoded JSON (``msgspec.Raw``) where
     msgspec decodes, the parsed value otherwise (``shape_value`` reads both)."""
-    if _decoder is None:
+    if _RAW is None:
         return value
-    return msgspec.Raw(msgspec.json.encode(value))
+    return _RAW(msgspec.json.encode(value))
 
 
 def shape_value(value: Any) -> Any:
     """The parsed ``Input Dims``/``Concrete Inputs`` of an ``Args`` (None when absent or bad)."""
-    if _decoder is not None and isinstance(value, msgspec.Raw):
+    if _RAW is not None and isinstance(value, _RAW):
         try:
             return msgspec.json.decode(value)
         except msgspec.DecodeError:

@@ -11,6 +11,7 @@ import pytest
 
 from profcallbacks.report.decode import load_trace, slim
 from profcallbacks.report.diagnoses import KINDS, diagnose_events
+from profcallbacks.report.generations import normalise
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "gpu-traces"
@@ -30,6 +31,7 @@ def trace_path(stem: str) -> Path:
 @functools.cache
 def real(stem: str) -> dict[str, Any]:
     trace = load_trace(trace_path(stem))
+    normalise(trace)  # as the report reads it: torch 1.x categories renamed, markers found
     found, _ = diagnose_events(trace.traceEvents, trace.deviceProperties)
     return {d.kind: d for d in found}
 

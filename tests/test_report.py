@@ -123,7 +123,7 @@ def test_compare_two_runs(run: Path, fast_run: Path, capsys: pytest.CaptureFixtu
     assert "data-wait share" in out and "CPU operators" in out and "sync_point: 1 -> 0 (gone)" in out
     code, out, _ = cli(capsys, "compare", str(run), str(fast_run), "--format", "json")
     cmp = json.loads(out)
-    assert cmp["schema_version"] == SCHEMA_VERSION and cmp["a"] == str(run) and cmp["b"] == str(fast_run)
+    assert cmp["schema_version"] == 3 and cmp["a"] == str(run) and cmp["b"] == str(fast_run)
     share = cmp["steps"]["data_wait_share"]
     assert share["b"] < share["a"] and share["delta"] == pytest.approx(share["b"] - share["a"])
     loader = next(o for o in cmp["operators"]["cpu"] if o["name"].startswith("enumerate(DataLoader)"))

@@ -49,7 +49,7 @@ try:
         args: Args | list[Any] | str | int | float | bool | None | msgspec.UnsetType = MISSING
 
     class Trace(msgspec.Struct, gc=False):
-        """A Chrome trace: its events and the two blocks the report reads."""
+        """A Chrome trace: its events and the blocks the report reads."""
 
         traceEvents: list[Event | list[Any] | str | int | float | bool | None]
         profcallbacks: Any = None
@@ -89,7 +89,7 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
             self.tid, self.ts, self.dur, self.args = tid, ts, dur, args
 
     class Trace:  # type: ignore[no-redef]
-        """A Chrome trace: its events and the two blocks the report reads."""
+        """A Chrome trace: its events and the blocks the report reads."""
 
         __slots__ = ("traceEvents", "profcallbacks", "distributedInfo", "deviceProperties")
 

@@ -15,14 +15,12 @@ from typing import Any
 from profcallbacks.report.decode import MISSING, Args, shape_value
 from profcallbacks.report.diagnoses.flops import COUNTED, shape_flops
 from profcallbacks.report.diagnoses.model import Capture, Device, Kernel, Op
+from profcallbacks.report.generations import OLD_CATEGORIES
 
 _HOST_CATS = frozenset({"cpu_op", "user_annotation"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP = "ProfilerStep#"
-OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
-            "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
-"""torch 1.8-1.13 category names and today's."""
 HOST_ONLY_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event",
                             "Trace", "fwdbwd", "Python", "Operator", "python_function_call"})
 """Categories a trace without any accelerator activity holds (anything else is a device's)."""
@@ -66,8 +64,8 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
             if event.ph != "X":
                 continue
             cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
-            if cat in OLD_CATS:
-                cat = OLD_CATS[cat]
+            if cat in OLD_CATEGORIES:  # a trace not normalised by the reader yet
+                cat = OLD_CATEGORIES[cat]
             if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
                 continue
             if not (math.isfinite(ts) and dur >= 0):

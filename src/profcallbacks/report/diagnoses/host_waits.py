@@ -24,9 +24,9 @@ back.
 
 from __future__ import annotations
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.diagnoses.context import enclosing_frame
 from profcallbacks.report.diagnoses.model import Capture, Diagnosis, Op, ms, op_path
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.intervals import merge, subtract
 
 MIN_KERNELS = 100
@@ -93,7 +93,7 @@ def launch_bound(cap: Capture) -> Diagnosis | None:
     if span <= 0 or idle / span < IDLE_SHARE:
         return None
     waits = [(c.ts, c.end) for c in _blocking(cap)]
-    waits += [(o.ts, o.end) for o in cap.ops if o.name.startswith(DATALOADER_PREFIXES)]
+    waits += [(o.ts, o.end) for o in cap.ops if o.name.startswith(LOADER_PREFIXES)]
     syncs = merge(waits)
     late = 0.0
     for prev, cur in zip(kernels, kernels[1:], strict=False):

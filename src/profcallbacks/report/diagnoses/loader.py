@@ -1,6 +1,7 @@
 """``input_pipeline``: the loader's settings behind a data wait.
 
-Trigger: the dataloader's ``__next__`` ranges (``enumerate(DataLoader)#...``) cover at least
+Trigger: the data loader's ranges (``enumerate(DataLoader)#...__next__``, Lightning's
+``[_TrainingEpochLoop].train_dataloader_next``) cover at least
 ``DATA_SHARE`` of the steady step. The iterator's name tells the worker setting:
 ``_SingleProcessDataLoaderIter`` is ``num_workers=0`` (batches built on the training thread);
 ``_MultiProcessingDataLoaderIter`` has workers that cannot keep up. On a GPU trace, host-to-device
@@ -10,8 +11,8 @@ Negative case: a loader that keeps ahead (no ``__next__`` range longer than a fe
 
 from __future__ import annotations
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.diagnoses.model import Capture, Diagnosis, ms
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.intervals import merge
 
 DATA_SHARE = 0.05
@@ -19,7 +20,7 @@ DATA_SHARE = 0.05
 
 def input_pipeline(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    waits = [o for o in cap.ops if o.name.startswith(DATALOADER_PREFIXES) and cap.in_steps(o.ts)]
+    waits = [o for o in cap.ops if o.name.startswith(LOADER_PREFIXES) and cap.in_steps(o.ts)]
     if not waits:
         return None
     cost = sum(e - s for s, e in merge((o.ts, o.end) for o in waits))

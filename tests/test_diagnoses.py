@@ -15,6 +15,7 @@ from profcallbacks.report.generations import normalise
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "gpu-traces"
+KINETO = Path(__file__).parent / "data" / "kineto-traces"
 SHARED = next((p for p in (ROOT.parent / "shared" / "gpu-traces",
                            ROOT.parent.parent / "shared" / "gpu-traces") if p.is_dir()), None)
 REAL = ("alexnet_critical_path", "v100_rank0_ns_resolution", "memcpy_heavy_rank0", "sampled_rank0",
@@ -22,7 +23,7 @@ REAL = ("alexnet_critical_path", "v100_rank0_ns_resolution", "memcpy_heavy_rank0
 
 
 def trace_path(stem: str) -> Path:
-    for folder in (DATA, SHARED):
+    for folder in (DATA, KINETO, SHARED):
         if folder is not None and (folder / f"{stem}.pt.trace.json.gz").is_file():
             return folder / f"{stem}.pt.trace.json.gz"
     pytest.skip(f"{stem}: not in tests/data and ../shared/gpu-traces is absent")
@@ -51,9 +52,10 @@ def real(stem: str) -> dict[str, Any]:
 # - df_index_resolver (V100): ~3,900 kernels per 348 ms step, half under 10 us, the GPU idle 42%
 #   behind launches that came after the previous kernel ended (no sync, no data wait then);
 #   volta_sgemm under aten::mm/addmm/bmm; SGD launching 404 per-parameter add_ kernels.
-# - resnet50 (torch 1.9 categories, V100): FP32 cuDNN convolutions; SGD per parameter (no foreach
-#   then); num_workers=0 waits 40% of the step in _SingleProcessDataLoaderIter.__next__, while
-#   num_workers=4 keeps up; with 4 workers the 12 pageable copies (pin_memory off) pass 3%.
+# - resnet50 (Kineto's samples cut to 3 steps; torch 1.9 categories, V100): FP32 convolutions;
+#   SGD per parameter (no foreach then); num_workers=0 waits 40% of the step in
+#   _SingleProcessDataLoaderIter.__next__, while num_workers=4 keeps up; with 4 workers the 12
+#   pageable copies (pin_memory off) pass 3%.
 EXPECTED = {
     "alexnet_critical_path": {"cold_start", "pageable_copy", "fp32_compute"},
     "v100_rank0_ns_resolution": {"fp32_compute"},

@@ -14,6 +14,7 @@ from profcallbacks.report.compare import ALL_OPERATORS, compare_reports, render_
 from profcallbacks.report.diagnoses.throughput import PEAK_TFLOPS, device_key
 
 DATA = Path(__file__).parent / "data" / "gpu-traces"
+KINETO = Path(__file__).parent / "data" / "kineto-traces"
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = next((p for p in (ROOT.parent / "shared" / "gpu-traces",
                            ROOT.parent.parent / "shared" / "gpu-traces") if p.is_dir()), None)
@@ -48,8 +49,8 @@ def test_alexnet_diagnoses_in_json_text_and_html(tmp_path):
 
 
 def test_compare_says_which_diagnoses_appeared_and_went(tmp_path):
-    a = build_report(locate_run(run_of(tmp_path, "resnet50_num_workers_0")), top=ALL_OPERATORS)
-    b = build_report(locate_run(run_of(tmp_path, "resnet50_num_workers_4")), top=ALL_OPERATORS)
+    a = build_report(locate_run(run_of(tmp_path, "resnet50_num_workers_0", KINETO)), top=ALL_OPERATORS)
+    b = build_report(locate_run(run_of(tmp_path, "resnet50_num_workers_4", KINETO)), top=ALL_OPERATORS)
     changes = compare_reports(a, b)["diagnoses"]
     assert [d["kind"] for d in changes["went"]] == ["input_pipeline"]
     assert [d["kind"] for d in changes["appeared"]] == ["pageable_copy"]

@@ -15,7 +15,7 @@ from profcallbacks.report.analysis import (
     rank_verdicts,
     run_verdict,
 )
-from profcallbacks.report.expert import pool_diagnoses, with_peak
+from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
@@ -125,7 +125,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     for c in captures:
         pooled = capture_analysis(c["analyses"], sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
-        c["diagnoses"] = _with_sites(pooled["diagnoses"], sync_sites)
+        c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
         c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])

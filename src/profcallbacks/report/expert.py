@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from profcallbacks.report.advice import RunContext, verdict_advice
 from profcallbacks.report.diagnoses import diagnose_events
 from profcallbacks.report.diagnoses.throughput import throughput
 
@@ -27,6 +28,47 @@ def trace_expert(events: list[Any], properties: Any = None,
     except Exception as exc:  # the rest of the report stands without them
         log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
         return {"diagnoses": [], "throughput": None}
+
+
+_FRAMEWORK_FIX = {
+    ("unfused_optimizer", "hf"): "TrainingArguments(optim='adamw_torch_fused') (the Trainer's "
+                                 "fused AdamW).",
+    ("unfused_optimizer", "lightning"): "Return torch.optim.AdamW(self.parameters(), ..., "
+                                        "fused=True) from configure_optimizers.",
+    ("launch_bound", "hf"): "TrainingArguments(torch_compile=True) compiles the model for you.",
+    ("launch_bound", "lightning"): "model = torch.compile(model) before trainer.fit(model).",
+    ("grad_accumulation_sync", "hf"): "The Trainer skips the sync for its own "
+                                      "gradient_accumulation_steps: check a custom training_step "
+                                      "or a second backward per step.",
+    ("grad_accumulation_sync", "lightning"): "Trainer(accumulate_grad_batches=N) skips the sync "
+                                             "for you; with manual optimization wrap all but the "
+                                             "last micro-batch in self.trainer.strategy."
+                                             "block_backward_sync(...).",
+}
+"""A first fix in the front end's own terms, where the run's framework is known."""
+
+
+def fit_to_run(diagnoses: list[dict[str, Any]], context: RunContext | None) -> list[dict[str, Any]]:
+    """``diagnoses`` with fixes in the run's own terms: the loader settings the stall detector read
+    (the same advice as the ``input_bound`` verdict's, so the report gives one) and the framework's
+    way of doing a fix (``TrainingArguments(optim=...)``, ``configure_optimizers`` ...)."""
+    if context is None:
+        return diagnoses
+    out = []
+    for d in diagnoses:
+        d = dict(d)
+        if d["kind"] == "input_pipeline" and (context.loader or context.loader_advice):
+            settings = ", ".join(f"{k}={context.loader[k]}" for k in
+                                 ("num_workers", "pin_memory", "persistent_workers",
+                                  "prefetch_factor") if k in context.loader)
+            if settings:
+                d["evidence"] = [*d["evidence"], f"the loader in use: {settings}"]
+            d["fix"] = verdict_advice("input_bound", context)
+        framework_fix = _FRAMEWORK_FIX.get((d["kind"], context.framework or ""))
+        if framework_fix:
+            d["fix"] = [framework_fix, *d["fix"]]
+        out.append(d)
+    return out
 
 
 def pool_diagnoses(groups: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:

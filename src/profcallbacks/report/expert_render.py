@@ -16,8 +16,13 @@ def _gain(d: dict[str, Any]) -> str:
     return f"up to {d['gain_ms']:.2f} ms {per} ({d['gain_share']:.0%})"
 
 
-def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEXT) -> list[str]:
-    """The top diagnoses, one block each: kind, gain, what, where, evidence, fix."""
+def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEXT,
+                    said: list[str] | None = None) -> list[str]:
+    """The top diagnoses, one block each: kind, gain, what, where, evidence, fix.
+
+    ``said``: the verdict's advice lines, printed just above: a fix among them is pointed to, not
+    repeated (one problem, one piece of advice).
+    """
     if not diagnoses:
         return []
     out = ["Diagnoses (largest possible gain first)"]
@@ -33,7 +38,10 @@ def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEX
                                  subsequent_indent="      ")
         for line in d["evidence"]:
             out += textwrap.wrap(line, 100, initial_indent="    - ", subsequent_indent="      ")
-        for line in d["fix"]:
+        fixes = [line for line in d["fix"] if line not in (said or [])]
+        if len(fixes) < len(d["fix"]):
+            fixes.append("as in the verdict above")
+        for line in fixes:
             out += textwrap.wrap(line, 100, initial_indent="    fix: ", subsequent_indent="         ")
     if len(diagnoses) > limit:
         out.append(f"  ... {len(diagnoses) - limit} more in --format json")

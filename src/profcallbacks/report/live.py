@@ -16,7 +16,7 @@ from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.advice import run_context
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
-from profcallbacks.report.expert import TOP_LIVE, trace_expert
+from profcallbacks.report.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
@@ -40,7 +40,8 @@ def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None
                           world_size=info.rank.world_size)
     expert = trace_expert(trace.traceEvents, trace.deviceProperties)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
-            "diagnoses": expert["diagnoses"], "throughput": expert["throughput"],
+            "diagnoses": fit_to_run(expert["diagnoses"], context),
+            "throughput": expert["throughput"],
             "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"

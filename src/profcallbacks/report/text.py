@@ -33,7 +33,7 @@ def render_text(report: dict[str, Any]) -> str:
            f"(world size {report['world_size']})", ""]
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
     out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
-        report.get("diagnoses")) + out
+        report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
     if report.get("foreign"):
         out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
                 "follows is read from the traces alone", ""]

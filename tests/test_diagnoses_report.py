@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -101,3 +102,41 @@ def test_peaks_are_dense_not_sparse():
     # datasheet 2:4-sparsity figures are exactly twice the dense ones; these are the dense
     assert PEAK_TFLOPS["H100 SXM"]["bf16"] == 989.4 and PEAK_TFLOPS["A100"]["bf16"] == 312.0
     assert PEAK_TFLOPS["A100"]["tf32"] == 156.0 and PEAK_TFLOPS["L4"]["bf16"] == 121.0
+
+
+def test_fixes_fit_the_runs_framework_and_loader():
+    from profcallbacks.report.advice import RunContext
+    from profcallbacks.report.expert import fit_to_run
+
+    found = [{"kind": "unfused_optimizer", "evidence": [], "fix": ["torch.optim.AdamW(..., foreach=True)"]},
+             {"kind": "input_pipeline", "evidence": ["data wait"], "fix": ["generic"]}]
+    hf = fit_to_run(found, RunContext(device="cuda", framework="hf",
+                                      loader={"num_workers": 0, "pin_memory": False}))
+    assert hf[0]["fix"][0].startswith("TrainingArguments(optim='adamw_torch_fused')")
+    assert hf[1]["evidence"][-1] == "the loader in use: num_workers=0, pin_memory=False"
+    assert "num_workers=0" in hf[1]["fix"][0] and "pin_memory=True" in hf[1]["fix"][0]
+    plain = fit_to_run(found, RunContext(device="cpu"))
+    assert plain == found  # nothing known about the run: the trace's own fixes stay
+
+
+def test_watch_shows_the_top_diagnoses_of_a_live_verdict(tmp_path):
+    from rich.console import Console
+
+    from profcallbacks.layout import META_DIR, capture_dir_name
+    from profcallbacks.watch.state import LogdirState
+    from profcallbacks.watch.view import render
+
+    (tmp_path / META_DIR).mkdir()
+    (tmp_path / capture_dir_name(5, "schedule")).mkdir()
+    details = {"capture": "step000005-schedule", "kind": "input_bound", "share": 0.8,
+               "evidence": [], "advice": [],
+               "diagnoses": [{"kind": "input_pipeline", "gain_ms": 12.0},
+                             {"kind": "pageable_copy", "gain_ms": 1.5}]}
+    finding = {"kind": "capture_verdict", "step": 7, "rank": 0, "severity": "info",
+               "message": "capture step000005-schedule: input_bound", "details": details}
+    (tmp_path / META_DIR / "rank0.findings.jsonl").write_text(json.dumps(finding) + "\n")
+    state = LogdirState(tmp_path)
+    state.poll()
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render(state))
+    assert "input_pipeline (12.0 ms), pageable_copy (1.5 ms)" in console.export_text()

@@ -47,6 +47,7 @@ def test_alexnet_diagnoses_in_json_text_and_html(tmp_path):
     assert "this capture is not steady state" in text and "pageable_copy: up to 56.99 ms" in text
     page = render_html(report)
     assert "id=diagnoses" in page and 'data-kind="fp32_compute"' in page
+    assert "id=throughput" in page and "no FLOPs in the trace" in page  # recorded without shapes
 
 
 def test_compare_says_which_diagnoses_appeared_and_went(tmp_path):
@@ -72,6 +73,7 @@ def test_mfu_of_a_known_gpu_shows_its_dense_peak(tmp_path):
     assert tp["flops_source"] == "shapes" and tp["flops_per_step"] > 1e9
     assert tp["mfu"] == pytest.approx(tp["achieved_tflops"] / 156.0)
     assert "of 156 TFLOP/s (A100 dense tf32 datasheet peak)" in render_text(report)
+    assert "of 156 TFLOP/s (A100 dense tf32 datasheet peak)" in render_html(report)
 
 
 def test_no_mfu_without_device_and_an_override_for_it(tmp_path, capsys):

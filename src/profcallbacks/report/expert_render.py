@@ -64,18 +64,23 @@ def throughput_text(tp: dict[str, Any] | None) -> str | None:
         else:
             parts.append("MFU unknown (no peak for this device/dtype; pass --peak-tflops)")
     elif tp.get("device"):
-        parts.append("no FLOPs in the trace (record with_flops=True for MFU)")
+        parts.append("no FLOPs in the trace (its operators' shapes were not recorded: "
+                     "record_shapes=True, profcallbacks' default, gives FLOPs and MFU)")
     if not parts:
         return None
     where = ", ".join(x for x in (tp.get("device"), tp.get("dtype")) if x)
     return "throughput: " + "; ".join(parts) + (f" [{where}]" if where else "")
 
 
-def diagnoses_html(diagnoses: list[dict[str, Any]] | None) -> str:
-    """The run's diagnoses as an HTML table."""
-    if not diagnoses:
-        return ""
+def diagnoses_html(diagnoses: list[dict[str, Any]] | None,
+                   captures: list[dict[str, Any]] | None = None) -> str:
+    """The run's diagnoses as an HTML table, then each capture's throughput line."""
     e = html.escape
+    lines = [(c.get("directory", ""), throughput_text(c.get("throughput"))) for c in captures or []]
+    rates = "".join(f"<li><code>{e(str(d))}</code>: {e(t)}</li>" for d, t in lines if t)
+    rates = f"<h2 id=throughput>Throughput</h2><ul>{rates}</ul>" if rates else ""
+    if not diagnoses:
+        return rates
     rows = "".join(
         f"<tr data-kind=\"{e(d['kind'])}\"><td><code>{e(d['kind'])}</code></td>"
         f"<td class=num>{d['gain_ms']:.2f} ms ({d['gain_share']:.0%})</td><td>{e(d['what'])}"
@@ -83,4 +88,4 @@ def diagnoses_html(diagnoses: list[dict[str, Any]] | None) -> str:
         f"<td>{e(d.get('where') or '-')}</td><td>{e(' '.join(d['fix']))}</td></tr>"
         for d in diagnoses)
     return ("<h2 id=diagnoses>Diagnoses</h2><table><tr><th>kind</th><th>gain per step (upper "
-            "bound)</th><th>what</th><th>where</th><th>fix</th></tr>" + rows + "</table>")
+            "bound)</th><th>what</th><th>where</th><th>fix</th></tr>" + rows + "</table>" + rates)

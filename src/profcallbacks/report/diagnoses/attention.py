@@ -78,8 +78,13 @@ def _matmul_at(items: list[Op], positions: range) -> int | None:
 
 def _hand_written(cap: Capture) -> list[Op]:
     """Spans from a matmul through a softmax to the next matmul among siblings."""
+    wanted = {(o.tid, o.parents) for o in cap.ops if o.name.startswith(_SOFTMAX)}
+    if not wanted:
+        return []
     siblings: dict[tuple[object, tuple[str, ...]], list[Op]] = {}
     for o in cap.ops:
+        if (o.tid, o.parents) not in wanted:
+            continue
         if o.name.startswith(("aten::scaled_dot_product", "aten::_scaled_dot_product")):
             continue
         if any("scaled_dot_product" in p for p in o.parents) or not cap.in_steps(o.ts):

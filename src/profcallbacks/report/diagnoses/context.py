@@ -139,16 +139,17 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
 def _nest(ops: list[Op], runtime: list[Op]) -> None:
     """Sets ``parents`` of every operator and runtime call: the operators enclosing it on its
     thread, outermost first."""
-    threads: dict[Any, list[tuple[float, int, Op]]] = {}
-    for op in ops:
-        threads.setdefault(op.tid, []).append((op.ts, 0, op))
-    for call in runtime:
-        threads.setdefault(call.tid, []).append((call.ts, 1, call))
-    for items in threads.values():
-        items.sort(key=lambda item: (item[0], item[1], -item[2].end))
+    threads: dict[Any, list[tuple[float, int, float, int]]] = {}
+    every = ops + runtime
+    calls = len(ops)
+    for i, item in enumerate(every):  # sorted as tuples: start, operators first, longest first
+        threads.setdefault(item.tid, []).append((item.ts, i >= calls, -item.end, i))
+    for rows in threads.values():
+        rows.sort()
         stack: list[Op] = []
         names: tuple[str, ...] = ()
-        for _, is_call, item in items:
+        for _, is_call, _, i in rows:
+            item = every[i]
             while stack and stack[-1].end <= item.ts:
                 stack.pop()
                 names = names[:-1]

@@ -228,3 +228,21 @@ def test_every_kind_is_documented():
     for rule in registry.RULES:
         module = __import__(rule.__module__, fromlist=["__doc__"])
         assert rule.__name__ in (module.__doc__ or "") and "Negative case" in (module.__doc__ or "")
+
+
+def test_sync_in_step_names_the_users_frame_from_a_stack_trace():
+    # Reasoning: with_stack=True traces nest python_function frames around each operator; the
+    # innermost frame outside torch around the blocking call is the user's line.
+    events = [_op("ProfilerStep#1", 0, 10_000, "user_annotation"),
+              _op("train.py(40): train_step", 10, 9_000, "python_function"),
+              _op("train.py(42): log_loss", 100, 5_000, "python_function"),
+              _op("/usr/lib/python3/site-packages/torch/_tensor.py(900): item", 110, 4_900,
+                  "python_function"),
+              _op("aten::item", 120, 4_800), _op("aten::_local_scalar_dense", 121, 4_790),
+              dict(_op("cudaMemcpyAsync", 130, 4_700, "cuda_runtime"), args={"correlation": 9}),
+              dict(_op("Memcpy DtoH (Device -> Pageable)", 4_820, 4, "gpu_memcpy", tid=7), pid=0,
+                   args={"correlation": 9, "stream": 7})]
+    events += _launch(5_000, 1, "void elementwise_kernel<float>", 5_010, 100)
+    sync = _diagnose(events)["sync_in_step"]
+    assert sync.where == "train.py(42): log_loss"
+    assert sync.gain_ms == pytest.approx(4.7)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report import gpu as gpu_mod
 from profcallbacks.report.advice import RunContext
 from profcallbacks.report.events import scan
@@ -17,10 +18,6 @@ from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.host import host_side
 from profcallbacks.report.verdict import decide
 
-UNHEALTHY_TRIGGERS = frozenset({"slowdown", "memory", "validation"})
-"""Captures that are not ordinary training steps: taken because steps were slow, under the memory
-spy (``profile_memory`` plus a dispatch mode), or of a whole evaluation; left out of the run's
-verdict and mean breakdown, and never the "before" of a slowdown diagnosis."""
 _METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
                 "comm_exposed_ms")
 

@@ -11,14 +11,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.advice import run_context
-from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
+from profcallbacks.report.analysis import analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
 from profcallbacks.report.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES
-from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide, label
 
@@ -87,7 +88,7 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             {"capture": info.name, **verdict, "diagnoses": leading,
              "throughput": profile["throughput"]}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
-    if info.trigger == "slowdown" and healthy and profile["metrics"]:
+    if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
         before = healthy[-1]
         changes = diagnose(before, profile)
         if changes:

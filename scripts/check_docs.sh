@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup_env.sh
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
-COLUMNS=100 .venv/bin/mkdocs build --strict --site-dir "$site"
+NO_MKDOCS_2_WARNING=1 COLUMNS=100 .venv/bin/mkdocs build --strict --site-dir "$site"

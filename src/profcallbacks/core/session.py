@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
@@ -19,6 +20,7 @@ from profcallbacks.core.runlock import RunLock, claim_logdir
 from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
+from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.memory_monitor import MemoryMonitor
@@ -109,6 +111,7 @@ class ProfilingSession:
         self._wait_from = 0.0
         self._paused = False
         self._device_timer: DeviceStepTimer | None = None
+        self._compile: CompileWatcher | None = None  # once torch.compile is in use
         self._opened = False
         self._warned_closed = False
 
@@ -198,7 +201,30 @@ class ProfilingSession:
         if self._device_timer is not None:  # CUDA events are recorded per step
             self.step_end = self._step_end_device  # type: ignore[method-assign]
         self._opened = True
+        self._watch_compile()
         self._begin_block(self._clock(), after_pause=True)
+
+    def _watch_compile(self) -> None:
+        """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``)."""
+        watcher = CompileWatcher(rank=self.rank.rank, step_now=self._step_now)
+        try:
+            if watcher.install():
+                self._compile = watcher
+        except Exception as exc:  # never stops training: compile events are off
+            watcher.uninstall()
+            log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.",
+                        exc)
+            self._compile = watcher  # not tried again
+            self._compile.pending = False
+
+    def _step_now(self) -> int | None:
+        """The step in progress, ``None`` between steps (what a compile is attributed to)."""
+        return None if self._paused or not self._opened else self.step
+
+    @property
+    def compile_s(self) -> float:
+        """Seconds torch.compile spent compiling since ``open()``, between steps too."""
+        return self._compile.total_s if self._compile is not None else 0.0
 
     def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
         """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on.
@@ -306,6 +332,8 @@ class ProfilingSession:
             if summary is not None and self._publisher is not None:
                 self._publish(summary, self._clock())
         finally:
+            if self._compile is not None:
+                self._compile.uninstall()
             if self._publisher is not None:
                 self._publisher.close()
             if self._tensorboard is not None:
@@ -348,8 +376,37 @@ class ProfilingSession:
         self._first = first + n
         self._n = 0
         self._block_len = _next_block_len(times, self._block_s)
+        if self._compile is None and "torch._dynamo" in sys.modules:
+            self._watch_compile()  # torch.compile was first called after open()
+        watch = self._compile
+        compiled = watch.take_times(first + n) if watch is not None else None
+        if not compiled:  # the common case: one hand-over of the whole block
+            found = self._hand_over(first, times, waits, captured, after_pause, ends, now)
+        else:  # steps that compiled are handed over alone, as excluded steps
+            found = []
+            for a, b, part_captured, compile_s in compile_segments(first, n, captured, compiled):
+                found += self._hand_over(first + a, times[a:b], waits[a:b], part_captured,
+                                         after_pause and a == 0, ends[a:], now, compile_s)
+        if watch is not None and watch.pending:
+            found += watch.drain()
+        if found:
+            found.sort(key=_finding_step)  # stable: per step in detector order, as step by step
+            for finding in found:
+                self._on_detector_finding(finding)
+        for finding in audited or ():
+            self.emit(finding)
+        self._emit_capture_findings()
+
+    def _hand_over(self, first: int, times: list[float], waits: list[float], captured: bool,
+                   after_pause: bool, ends: list[float], now: float,
+                   compile_s: float = 0.0) -> list[Finding]:
+        """Consecutive steps from ``first`` to the summaries and the detectors; their findings.
+
+        ``ends[k]`` is when the ``k``-th of them ended (``ends[0]``: when the first began).
+        """
+        n = len(times)
         publisher = self._publisher
-        for summary in self._times.add_block(first, times, waits, captured):
+        for summary in self._times.add_block(first, times, waits, captured, compile_s):
             if publisher is not None:  # at the clock time its last step ended
                 k = summary.last_step - first + 1
                 self._publish(summary, ends[k] if 0 < k <= n else now)
@@ -369,13 +426,7 @@ class ProfilingSession:
                     found += detector.observe(record)
             except Exception as exc:  # a detector never stops training
                 self._disable(detector, first, exc)
-        if found:
-            found.sort(key=_finding_step)  # stable: per step in detector order, as step by step
-            for finding in found:
-                self._on_detector_finding(finding)
-        for finding in audited or ():
-            self.emit(finding)
-        self._emit_capture_findings()
+        return found
 
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
         """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
@@ -468,6 +519,8 @@ class ProfilingSession:
                                     if hasattr(d, "attention_step")]
 
     def _on_detector_finding(self, finding: Finding) -> None:
+        if self._compile is not None:  # a slowdown that coincides with recompiles says so
+            finding = self._compile.explain(finding)
         self.emit(finding)
         if finding.capture is not None:  # the detector asks for a capture with this finding
             self.request_capture(trigger=finding.capture)
@@ -522,6 +575,32 @@ def _prepare_logdir(logdir: Path) -> Path:
         raise PermissionError(f"logdir={str(logdir)!r} is not writable ({exc.strerror}); pass a "
                               "directory this process can write to.") from exc
     return meta
+
+
+def compile_segments(first: int, n: int, captured: bool,
+                     compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
+    """The block's steps ``0..n-1`` as parts ``(start, end, captured, compile_s)``: each step
+    that compiled alone and excluded (``captured``), the others as they were. Compile time of
+    steps before the block goes with its first part.
+
+    Example:
+        >>> compile_segments(10, 5, False, {12: 1.5})
+        [(0, 2, False, 0.0), (2, 3, True, 1.5), (3, 5, False, 0.0)]
+    """
+    parts: list[tuple[int, int, bool, float]] = []
+    start, early = 0, sum(s for step, s in compiled.items() if step < first)
+    for step in sorted(s for s in compiled if first <= s < first + n):
+        k = step - first
+        if k > start:
+            parts.append((start, k, captured, 0.0))
+        parts.append((k, k + 1, True, compiled[step]))
+        start = k + 1
+    if start < n:
+        parts.append((start, n, captured, 0.0))
+    if early:
+        a, b, part_captured, seconds = parts[0]
+        parts[0] = (a, b, part_captured, seconds + early)
+    return parts
 
 
 def _next_block_len(times: list[float], limit_s: float = BLOCK_S) -> int:

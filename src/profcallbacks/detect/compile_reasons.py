@@ -16,6 +16,7 @@ RESUME_PREFIX = "torch_dynamo_resume_in_"
 _GUARD = re.compile(r"tensor '(?P<name>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<index>\d+))?"
                     r"\. expected (?P<old>.+?), actual (?P<new>.+?)\s*$")
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_SOURCE_COMMENT = re.compile(r"\s{2,}#.*$")  # dynamo appends the guarded source line
 _SOURCE = re.compile(r"^L\['(?P<name>[^']+)'\]$")
 _LIMIT = re.compile(r"hit config\.(?P<limit>\w+) \((?P<value>\d+)\)")
 _FUNCTION = re.compile(r"function: '(?P<name>[^']+)' \((?P<file>.+):(?P<line>\d+)\)")
@@ -58,9 +59,11 @@ def first_reason(recompile_reason: str) -> str:
     Example:
         >>> first_reason("0/0: tensor 'x' size mismatch at index 1. expected 4, actual 5")
         "tensor 'x' size mismatch at index 1. expected 4, actual 5"
+        >>> first_reason("1/0: ___stack2 == 6.1      # print(y.item())  # m.py:31 in f")
+        '___stack2 == 6.1'
     """
     line = next((ln for ln in recompile_reason.splitlines() if ln.strip()), "")
-    return _COMPILE_ID.sub("", line.strip().lstrip("- ")).strip()
+    return _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", line.strip().lstrip("- "))).strip()
 
 
 def guard_change(reason: str) -> GuardChange | None:

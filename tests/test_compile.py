@@ -164,3 +164,28 @@ def test_every_front_end_reports_recompiles_and_the_fallback(tmp_path: Path,
     assert [f.step for f in kinds(findings, COMPILE_FALLBACK)] == [9]
     excluded = sum(row["steps_excluded"] for row in rows(tmp_path))
     assert excluded == 3  # steps 0, 3 and 6 compiled
+
+
+def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> None:
+    """Longer inputs from step 40: the step recompiles and every step after it is slower."""
+    import time
+
+    from profcallbacks import SlowdownConfig
+    from profcallbacks.findings import STEP_SLOWDOWN
+
+    model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
+    slowdown = SlowdownConfig(warmup_steps=5, baseline_steps=10, baseline_block_s=0.0,
+                              baseline_blocks=2, min_steps=10, min_duration_s=0.05)
+    prof = StepProfiler(tmp_path, **{**QUIET, "slowdown": slowdown, "capture_on_slowdown": False})
+    with prof:
+        for step in range(80):
+            length = 4 if step < 40 else 64
+            model(torch.randn(2, length, 8)).sum().backward()
+            time.sleep(0.002 if length == 4 else 0.008)  # the longer inputs' real cost
+            prof.step()
+    slow = kinds(prof.findings, STEP_SLOWDOWN)
+    assert len(slow) == 1, [f.message for f in prof.findings]
+    assert "step 40 recompiled forward()" in slow[0].message
+    assert "because x.size(1) changed 4 -> 64" in slow[0].message
+    assert [e["step"] for e in slow[0].details["compile_events"]] == [40]
+    assert slow[0].details["first_slow_step"] == 41  # step 40 compiled: not a step of the job

@@ -7,10 +7,13 @@ from typing import Any
 
 from profcallbacks._version import __version__
 from profcallbacks.findings import (
+    COMPILE_FALLBACK,
     DATALOADER_STALL,
+    GRAPH_BREAK,
     MEMORY_CREEP,
     MEMORY_SITES,
     OUT_OF_MEMORY,
+    RECOMPILE,
     STEP_SLOWDOWN,
     STRAGGLER,
     SYNC_POINT,
@@ -20,6 +23,12 @@ from profcallbacks.report.analysis import (
     capture_analysis,
     public_metrics,
     run_verdict,
+)
+from profcallbacks.report.compile import (
+    FALLBACK_ADVICE,
+    GRAPH_BREAK_ADVICE,
+    RECOMPILE_ADVICE,
+    compile_report,
 )
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
@@ -48,6 +57,9 @@ ADVICE = {
     MEMORY_SITES: "Free or detach what these lines keep, or keep it on the host in bounded form.",
     OUT_OF_MEMORY: "Lower the batch size or sequence length, use activation checkpointing or "
                    "mixed precision, and check the memory_creep/memory_sites findings before it.",
+    RECOMPILE: RECOMPILE_ADVICE,
+    COMPILE_FALLBACK: FALLBACK_ADVICE,
+    GRAPH_BREAK: GRAPH_BREAK_ADVICE,
 }
 
 
@@ -158,6 +170,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "findings": findings,
         "findings_by_kind": group_findings(findings),
         "memory": memory_report(interval_rows, findings),
+        "compile": compile_report(interval_rows, findings),
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }

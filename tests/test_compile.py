@@ -189,3 +189,35 @@ def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> Non
     assert "because x.size(1) changed 4 -> 64" in slow[0].message
     assert [e["step"] for e in slow[0].details["compile_events"]] == [40]
     assert slow[0].details["first_slow_step"] == 41  # step 40 compiled: not a step of the job
+
+
+def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
+    from profcallbacks import Schedule
+    from profcallbacks.report import build_report, compare_reports, render_compare_text, render_text
+    from profcallbacks.report.build import locate_run
+
+    model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
+    compiled = tmp_path / "compiled"
+    prof = StepProfiler(compiled, **{**QUIET, "log_every_n_steps": None,
+                                     "schedule": Schedule(skip_first=8, warmup=1, active=2)})
+    train(prof, model, [4] * 12 + [5] * 3 + [6] * 3 + [7] * 3)
+    report = build_report(locate_run(compiled))
+    block = report["compile"]
+    assert block["recompiles"] == 2 and [f["step"] for f in block["fallbacks"]] == [18]
+    assert block["compile_s"] == pytest.approx(prof.session.compile_s, rel=0.01)
+    assert block["recompiled_functions"][0]["steps"] == [12, 15]
+    assert report["steps"]["steps_excluded"] == 3 + 3  # three compiling steps, three traced ones
+    assert report["breakdown"]["compiled_ms"] > 0  # the traced steps ran compiled regions
+    text = render_text(report)
+    assert "torch.compile\n  compile time" in text
+    assert "forward() tests/compile_models.py:" in text and "x.size(1) changed 5 -> 6" in text
+    assert "fell back to eager: forward()" in text and "torch.compile code" in text
+
+    torch._dynamo.reset()
+    eager = tmp_path / "eager"
+    train(StepProfiler(eager, **QUIET), Shaped(), [4] * 12)
+    plain = build_report(locate_run(eager))
+    assert plain["compile"] is None and "torch.compile\n" not in render_text(plain)
+    cmp = compare_reports(plain, report)
+    assert cmp["compile"]["recompiles"] == {"a": 0, "b": 2}
+    assert "recompiles 0 -> 2, fallbacks to eager 0 -> 1" in render_compare_text(cmp)

@@ -222,3 +222,50 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     cmp = compare_reports(plain, report)
     assert cmp["compile"]["recompiles"] == {"a": 0, "b": 2}
     assert "recompiles 0 -> 2, fallbacks to eager 0 -> 1" in render_compare_text(cmp)
+
+
+def test_evaluation_between_steps_recompiles_as_info_and_excludes_no_step(tmp_path: Path) -> None:
+    model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    prof = StepProfiler(tmp_path, **QUIET)
+    with prof:
+        for step in range(6):
+            model(torch.randn(2, 4, 8)).sum().backward()
+            optimizer.step()
+            prof.step()
+            if step == 2:
+                prof.pause("validation")
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(2, 4, 8))
+                model.train()
+                prof.resume()
+    recompiles = kinds(prof.findings, RECOMPILE)
+    assert recompiles and all(f.severity == "info" and f.details["between_steps"]
+                              for f in recompiles), [f.message for f in prof.findings]
+    assert recompiles[0].message.startswith("between steps recompiled forward()")
+    by_step = {row["first_step"]: row for row in rows(tmp_path)}
+    assert [s for s, row in by_step.items() if row["steps_excluded"]] == [0]  # the first compile
+    assert by_step[3].get("compile_ms", 0) > 0 and by_step[3]["steps_excluded"] == 0
+    total_ms = sum(row.get("compile_ms", 0.0) for row in by_step.values())
+    assert total_ms == pytest.approx(prof.session.compile_s * 1e3, rel=0.01)
+
+
+def test_without_compile_callbacks_recompiles_are_still_found(tmp_path: Path, monkeypatch,
+                                                              caplog) -> None:
+    """A torch without ``torch._dynamo.callback``: one info line; findings from the metrics."""
+    import logging
+
+    import torch._dynamo.callback
+
+    monkeypatch.delattr(torch._dynamo.callback, "callback_handler")
+    model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
+    prof = StepProfiler(tmp_path, **QUIET)
+    with caplog.at_level(logging.INFO, logger="profcallbacks"):
+        train(prof, model, [4] * 3 + [5] * 3)
+    said = [r.getMessage() for r in caplog.records if "compile callbacks" in r.getMessage()]
+    assert len(said) == 1 and "not measured" in said[0]
+    recompiles = kinds(prof.findings, RECOMPILE)
+    assert len(recompiles) == 1 and recompiles[0].details["changed"] == "x.size(1)"
+    assert prof.session.compile_s == 0.0
+    assert not any(row.get("compile_ms") for row in rows(tmp_path))

@@ -387,7 +387,7 @@ class ProfilingSession:
             for a, b, part_captured, compile_s in compile_segments(first, n, captured, compiled):
                 found += self._hand_over(first + a, times[a:b], waits[a:b], part_captured,
                                          after_pause and a == 0, ends[a:], now, compile_s)
-        if watch is not None and watch.pending:
+        if watch is not None and (watch.pending or watch.poll):
             found += watch.drain()
         if found:
             found.sort(key=_finding_step)  # stable: per step in detector order, as step by step

@@ -76,9 +76,10 @@ class CompileWatcher:
     def __init__(self, *, rank: int, step_now: StepNow) -> None:
         self.rank = rank
         self.pending = False  # something compiled or was logged since the last drain
+        self.poll = False  # no compile callbacks: look for new compilation metrics each block
         self.total_s = 0.0  # compile time of the run so far, between steps too
         self._step_now = step_now
-        self._times: dict[int, float] = {}  # step -> seconds compiling, not yet taken
+        self._times: dict[int, float] = {}  # step (-1: between steps) -> seconds compiling
         self._started_at: float | None = None
         self._start_step: int | None = None
         self._last_step: int | None = None
@@ -120,6 +121,7 @@ class CompileWatcher:
             self._metrics = get_compilation_metrics
             known = get_compilation_metrics()
             self._last_metric = known[-1] if known else None  # compiles before the run: not ours
+            self.poll = self._callbacks is None
         except (ImportError, AttributeError):
             log.info("profcallbacks: this torch keeps no compilation metrics "
                      "(torch._dynamo.utils.get_compilation_metrics); recompiles are not reported.")
@@ -171,8 +173,8 @@ class CompileWatcher:
         seconds = time.perf_counter() - started
         self._started_at = None
         self.total_s += seconds
-        if step is not None:
-            self._times[step] = self._times.get(step, 0.0) + seconds
+        key = -1 if step is None else step  # between steps: counted, no step excluded
+        self._times[key] = self._times.get(key, 0.0) + seconds
 
     def logged(self, message: str) -> None:
         """A dynamo log line arrived: a recompile limit hit or a graph break."""
@@ -236,7 +238,7 @@ class CompileWatcher:
         compile_id = getattr(metric, "compile_id", None)
         if compile_id is not None and str(compile_id) in self._step_of_id:
             return self._step_of_id[str(compile_id)]
-        return self._last_step
+        return self._last_step if self._last_step is not None else self._step_now()
 
     def _from_metric(self, metric: Any, backward: dict[str, float]) -> list[Finding]:
         reason, name = getattr(metric, "recompile_reason", None), getattr(metric, "co_name", None)
@@ -276,7 +278,10 @@ class CompileWatcher:
                         details=details)]
 
     def _after_last(self) -> int:
-        return self._last_step if self._last_step is not None else 0
+        if self._last_step is not None:
+            return self._last_step
+        now = self._step_now()
+        return now if now is not None else 0
 
     def _fallback(self, step: int | None, hit: LimitHit) -> Finding:
         function = hit.function or "a compiled function"

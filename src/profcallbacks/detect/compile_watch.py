@@ -101,9 +101,8 @@ class CompileWatcher:
         """Listen to dynamo; ``False`` (and nothing installed) when torch.compile is not in use."""
         if "torch._dynamo" not in sys.modules:
             return False
-        self._library_dirs = tuple(
-            os.path.dirname(module.__file__) + os.sep for name in _LIBRARIES
-            if (module := sys.modules.get(name)) is not None and getattr(module, "__file__", None))
+        files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
+        self._library_dirs = tuple(os.path.dirname(f) + os.sep for f in files if f)
         try:
             from torch._dynamo import callback
 

@@ -199,7 +199,7 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
     compiled = tmp_path / "compiled"
-    prof = StepProfiler(compiled, **{**QUIET, "log_every_n_steps": None,
+    prof = StepProfiler(compiled, **{**QUIET, "log_every_n_steps": 5,
                                      "schedule": Schedule(skip_first=8, warmup=1, active=2)})
     train(prof, model, [4] * 12 + [5] * 3 + [6] * 3 + [7] * 3)
     report = build_report(locate_run(compiled))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -96,6 +97,7 @@ class CompileWatcher:
         self._loggers: list[tuple[logging.Logger, int, bool]] = []
         self._callbacks: Any = None
         self._library_dirs: tuple[str, ...] = ()
+        self._torch_dirs: tuple[str, ...] = ()  # torch's and Python's own code
 
     def install(self) -> bool:
         """Listen to dynamo; ``False`` (and nothing installed) when torch.compile is not in use."""
@@ -103,6 +105,7 @@ class CompileWatcher:
             return False
         files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
         self._library_dirs = tuple(os.path.dirname(f) + os.sep for f in files if f)
+        self._torch_dirs = self._library_dirs[:1] + _stdlib_dirs()
         try:
             from torch._dynamo import callback
 
@@ -253,6 +256,8 @@ class CompileWatcher:
         change = guard_change(reason)
         label = f"{function}()" + (f" after its graph break at line {break_line}"
                                    if break_line is not None else "")
+        if self._torch_code(file):  # e.g. the wrapper of a compiled DDP
+            label = f"the compiled module (torch's {function}())"
         where = f" at {called[0]}:{called[1]}" if called else ""
         between = step is None
         text = (f"{'between steps' if between else f'step {step}'} recompiled {label} "
@@ -300,6 +305,8 @@ class CompileWatcher:
                        message=f"{text}. To fix it: {FALLBACK_FIX}", details=details)
 
     def _graph_break(self, step: int | None, site: GraphBreak) -> Finding | None:
+        if self._torch_code(site.file):
+            return None  # in torch's own code (DistributedDataParallel's forward): not the user's
         key = (site.file, site.line)
         self._sites[key] = self._sites.get(key, 0) + 1
         if self._sites[key] > 1:
@@ -313,6 +320,12 @@ class CompileWatcher:
                        rank=self.rank, severity="info", message=text,
                        details={"file": site.file, "line": site.line, "reason": site.reason,
                                 "hint": site.hint, "breaks_per_step": per_step})
+
+    def _torch_code(self, path: str | None) -> bool:
+        """``path`` is in torch's package or Python's standard library (not in site-packages)."""
+        if not path or not path.startswith(self._torch_dirs):
+            return False
+        return path.startswith(self._library_dirs[:1]) or not path.startswith(_SITE_DIRS)
 
     def explain(self, finding: Finding) -> Finding:
         """A slowdown or stall that coincides with recompiles or a fallback says so."""
@@ -354,6 +367,19 @@ class _DynamoLogHandler(logging.Handler):
             self._watcher.logged(record.getMessage())
         except Exception:  # a profiler never breaks a compile
             pass
+
+
+def _site_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths)
+
+
+_SITE_DIRS = _site_dirs()
+
+
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if k in paths)
 
 
 def _seconds(metric: Any) -> float:

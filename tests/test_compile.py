@@ -97,7 +97,9 @@ def test_new_lengths_recompile_then_fall_back_to_eager(tmp_path: Path) -> None:
     assert all(row["steps_excluded"] == 0 for step, row in by_step.items() if step not in compiled)
     total_ms = sum(row.get("compile_ms", 0.0) for row in by_step.values())
     assert total_ms == pytest.approx(prof.session.compile_s * 1e3, rel=0.01)
-    assert by_step[3]["compile_ms"] >= first.details["compile_s"] * 1e3 * 0.99
+    # dynamo's own duration of the recompile (forward and backward) and the step's compile time
+    # measured between the compile callbacks are the same compile, timed at slightly other points
+    assert by_step[3]["compile_ms"] == pytest.approx(first.details["compile_s"] * 1e3, rel=0.2)
 
 
 def test_a_print_in_forward_is_a_graph_break_at_its_line(tmp_path: Path) -> None:

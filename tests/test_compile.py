@@ -215,6 +215,8 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     assert "torch.compile\n  compile time" in text
     assert "forward() tests/compile_models.py:" in text and "x.size(1) changed 5 -> 6" in text
     assert "fell back to eager: forward()" in text and "torch.compile code" in text
+    assert report["run_context"]["compiled"] is True
+    assert "try torch.compile" not in text and "Fuse kernels (torch.compile)" not in text
 
     torch._dynamo.reset()
     eager = tmp_path / "eager"

@@ -45,7 +45,13 @@ from profcallbacks.findings import (
     STRAGGLER,
     SYNC_POINT,
 )
-from profcallbacks.report.compile import FALLBACK_ADVICE, GRAPH_BREAK_ADVICE, RECOMPILE_ADVICE
+from profcallbacks.report.compile import (
+    COMPILE_KINDS,
+    COMPILED_PREFIXES,
+    FALLBACK_ADVICE,
+    GRAPH_BREAK_ADVICE,
+    RECOMPILE_ADVICE,
+)
 from profcallbacks.report.generations import LIGHTNING_PREFIXES, TraceFormat
 
 DEVICES = ("cpu", "cuda", "rocm", "unknown")
@@ -63,6 +69,8 @@ class RunContext:
         loader_advice: Advice the stall detector chose for that loader, if it found a stall.
         framework: ``"lightning"``, ``"hf"`` or ``None`` (a plain loop, or not known).
         world_size: Processes in the run.
+        compiled: The run uses torch.compile (compiled regions in its traces, or compile
+            findings): advice does not suggest it again.
     """
 
     device: str = "unknown"
@@ -72,6 +80,7 @@ class RunContext:
     loader_advice: tuple[str, ...] = ()
     framework: str | None = None
     world_size: int = 1
+    compiled: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -85,7 +94,8 @@ class RunContext:
         return {"device": self.device, "gpu_name": self.gpu_name,
                 "capability": list(self.capability) if self.capability else None,
                 "loader": {k: self.loader[k] for k in keys if k in self.loader} or None,
-                "framework": self.framework, "world_size": self.world_size}
+                "framework": self.framework, "world_size": self.world_size,
+                "compiled": self.compiled}
 
 
 def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, Any]] = (),
@@ -99,6 +109,9 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         world_size: Processes in the run.
     """
     formats = list(formats)
+    names = list(names)
+    compiled = (any(f.get("kind") in COMPILE_KINDS for f in findings)
+                or any(str(n).startswith(COMPILED_PREFIXES) for n in names))
     device = "unknown"
     gpu_name: str | None = None
     capability: tuple[int, int] | None = None
@@ -127,7 +140,7 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         device = "cpu"
     return RunContext(device=device, gpu_name=gpu_name, capability=capability, loader=loader,
                       loader_advice=tuple(str(a) for a in advice if isinstance(a, str)),
-                      framework=framework, world_size=world_size)
+                      framework=framework, world_size=world_size, compiled=compiled)
 
 
 def verdict_advice(kind: str, context: RunContext | None = None) -> list[str]:
@@ -193,6 +206,9 @@ def _gpu_compute(ctx: RunContext) -> list[str]:
     else:
         first = ("Use mixed precision (torch.autocast bf16/fp16)"
                  + (" and TF32 matmuls" if ctx.device == "cuda" else ""))
+    if ctx.compiled:
+        return [first + ".", "The step already runs torch.compile'd code: look at the top kernels "
+                "below first, then try torch.compile(mode=\"max-autotune\")."]
     return [first + ".", "Fuse kernels (torch.compile) and look at the top kernels below first."]
 
 
@@ -211,6 +227,9 @@ def _communication(ctx: RunContext) -> list[str]:
 def _cpu_compute(ctx: RunContext) -> list[str]:
     threads = "raise torch.set_num_threads" + (" (one process per core set)" if ctx.world_size > 1
                                                 else "")
+    if ctx.compiled:
+        return [f"The CPU operators dominate: {threads} or use a smaller model (the step already "
+                "runs torch.compile'd code); the top operators are listed."]
     return [f"The CPU operators dominate: {threads}, try torch.compile or a smaller model; the "
             "top operators are listed."]
 

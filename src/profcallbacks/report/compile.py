@@ -12,6 +12,11 @@ from typing import Any
 from profcallbacks.findings import COMPILE_FALLBACK, GRAPH_BREAK, RECOMPILE
 from profcallbacks.report.reading import as_int
 
+COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
+                     "TorchDynamo Cache Lookup")
+"""Names of the trace ranges torch.compile's code runs in (forward, backward, inductor's graph)."""
+COMPILE_KINDS = (RECOMPILE, COMPILE_FALLBACK, GRAPH_BREAK)
+
 RECOMPILE_ADVICE = ("Give the compiled function inputs whose shapes it has seen: mark the "
                     "changing dimension dynamic (torch._dynamo.mark_dynamic(x, dim) or "
                     "torch.compile(dynamic=True)), or pad/bucket lengths to a few sizes; a guard on "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.report.analysis import analyse_events
+from profcallbacks.report.compile import COMPILED_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
 from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, normalise
 from profcallbacks.report.intervals import covered, merge, subtract
@@ -32,8 +33,6 @@ from profcallbacks.report.reading import as_int as _int
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
-COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
-                     "TorchDynamo Cache Lookup")
 _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 

@@ -218,6 +218,19 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     assert report["run_context"]["compiled"] is True
     assert "try torch.compile" not in text and "Fuse kernels (torch.compile)" not in text
 
+    from rich.console import Console
+
+    from profcallbacks.watch.state import LogdirState
+    from profcallbacks.watch.view import render
+
+    state = LogdirState(compiled)
+    state.poll()
+    console = Console(width=200, record=True)
+    console.print(render(state))
+    frame = console.export_text()
+    assert f"compiling {prof.session.compile_s:.1f} s" in frame
+    assert "compile_fallback" in frame and "recompile" in frame
+
     torch._dynamo.reset()
     eager = tmp_path / "eager"
     train(StepProfiler(eager, **QUIET), Shaped(), [4] * 12)

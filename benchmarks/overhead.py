@@ -113,6 +113,8 @@ def plain(rounds: int, steps: int, compiled: bool = False) -> bool:
         timing = StepProfiler(f"{logdir}/b", schedule=None, stall=None, slowdown=None,
                               sync_audit=False, tensorboard_scalars=False,
                               watch_capture_file=False)
+        # the same defaults without the compile listener: what the listener itself costs
+        unheard = StepProfiler(f"{logdir}/c", schedule=None, capture_on_slowdown=False)
         alive = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             schedule=torch.profiler.schedule(wait=10**9, warmup=1, active=1))
@@ -120,19 +122,24 @@ def plain(rounds: int, steps: int, compiled: bool = False) -> bool:
         def empty() -> None:
             pass
 
-        with defaults, timing, alive:  # prof.step as users get it: inside the with block
+        with defaults, timing, unheard, alive:  # prof.step as users get it: in the with block
+            if compiled:
+                _silence_compile_listener(unheard)
             variants: dict[str, tuple[Callable[[], None] | None, StepProfiler | None]] = {
                 "bare": (None, None), "bare (control)": (None, None),
                 "StepProfiler (defaults)": (defaults.step, defaults),
                 "StepProfiler (timing only)": (timing.step, timing),
                 "empty function call": (empty, None),
                 "torch.profiler (wait phase)": (alive.step, None)}
+            if compiled:
+                variants["StepProfiler (defaults, listener off)"] = (unheard.step, unheard)
             plan = Rounds([n for n in variants if not n.startswith("bare")], rounds)
             defaults.pause()
             timing.pause()
+            unheard.pause()
             for _ in range(300):  # past the sync audit and the detectors' warm-up
                 step()
-            for prof in (defaults, timing):
+            for prof in (defaults, timing, unheard):
                 prof.resume()
                 for _ in range(150):
                     step()
@@ -165,6 +172,16 @@ def plain(rounds: int, steps: int, compiled: bool = False) -> bool:
               f"profiled: {defaults.session.compile_s:.3f} s)")
     return plan.report("plain loop" + (" (torch.compile)" if compiled else ""),
                        (time.perf_counter() - start) / 500 * 1e3)
+
+
+def _silence_compile_listener(prof: StepProfiler) -> None:
+    """Take the compile listener out of ``prof``'s session (for the benchmark's comparison)."""
+    from profcallbacks.detect.compile_watch import CompileWatcher
+
+    session = prof.session
+    if session._compile is not None:
+        session._compile.uninstall()
+    session._compile = CompileWatcher(rank=0, step_now=lambda: None)  # never installed
 
 
 class _Switch:

@@ -218,6 +218,12 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     assert "forward() tests/compile_models.py:" in text and "x.size(1) changed 5 -> 6" in text
     assert "fell back to eager: forward()" in text and "torch.compile code" in text
     assert report["run_context"]["compiled"] is True
+    diagnosed = {d["kind"]: d for d in report["diagnoses"]}
+    assert {"recompiles", "compile_fallback"} <= set(diagnosed)
+    assert diagnosed["recompiles"]["gain_ms"] == pytest.approx(
+        block["recompile_s"] * 1e3 / 21, rel=0.01)  # spread over the run's 21 steps
+    assert "x.size(1) changed 5 -> 6" in diagnosed["recompiles"]["evidence"][0]
+    assert "recompiles: up to" in text
     assert "try torch.compile" not in text and "Fuse kernels (torch.compile)" not in text
 
     from rich.console import Console

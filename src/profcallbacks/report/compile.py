@@ -73,6 +73,51 @@ def compile_report(rows: list[dict[str, Any]], findings: list[dict[str, Any]]) -
     }
 
 
+def compile_diagnoses(block: dict[str, Any] | None,
+                      steps: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The compile events as run diagnoses (``recompiles``, ``compile_fallback``,
+    ``graph_breaks``), in the form of the trace rules' (report/diagnoses): the recompiles' gain is
+    their compile time spread over the run's steps; a fallback's and a graph break's cost is not
+    in the steps files (0: ranked last, said all the same)."""
+    if block is None:
+        return []
+    total = as_int(steps.get("steps")) if steps else 0  # every step of the run, excluded too
+    mean_ms = _number(steps.get("mean_ms")) if steps else 0.0
+    out: list[dict[str, Any]] = []
+    if block["recompiles"]:
+        gain = block["recompile_s"] * 1e3 / total if total else 0.0
+        top = block["recompiled_functions"][0]
+        out.append(_diagnosis(
+            "recompiles", f"{block['recompiles']} recompiles cost {block['recompile_s']:.1f} s",
+            [f"{e['function']}() {_where(e)}: {e['recompiles']}x, {e['compile_s']:.1f} s"
+             + (f", last because {e['last_change']}" if e.get("last_change") else "")
+             for e in block["recompiled_functions"][:3]],
+            f"{top['function']}() {_where(top)}", gain, gain / mean_ms if mean_ms else 0.0,
+            RECOMPILE_ADVICE))
+    if block["fallbacks"]:
+        fb = block["fallbacks"][0]
+        out.append(_diagnosis(
+            "compile_fallback", f"{fb['function']}() runs eagerly for new inputs from step "
+            f"{fb['step']} on ({fb['limit']} reached)",
+            [f"{f['function']}() {_where(f)} at step {f['step']} (rank {f['rank']})"
+             for f in block["fallbacks"][:3]], f"{fb['function']}() {_where(fb)}", 0.0, 0.0,
+            FALLBACK_ADVICE))
+    sites = list({(b["file"], b["line"]): b for b in block["graph_breaks"]}.values())
+    if sites:
+        out.append(_diagnosis(
+            "graph_breaks", f"{len(sites)} graph break{'s' if len(sites) != 1 else ''} per step "
+            "split the compiled graph", [f"{_where(b)}: {b['reason']}" for b in sites[:3]],
+            _where(sites[0]), 0.0, 0.0, GRAPH_BREAK_ADVICE))
+    return out
+
+
+def _diagnosis(kind: str, what: str, evidence: list[str], where: str, gain_ms: float,
+               gain_share: float, fix: str) -> dict[str, Any]:
+    return {"kind": kind, "what": what, "evidence": evidence, "where": where,
+            "gain_ms": round(gain_ms, 4), "gain_share": round(gain_share, 4), "fix": [fix],
+            "details": {"source": "compile events"}, "seen_in": ["findings"]}
+
+
 def compile_text(block: dict[str, Any] | None) -> list[str]:
     """The section as text lines (nothing for a run in which nothing compiled)."""
     if block is None:

@@ -24,7 +24,7 @@ Example:
     >>> any("pin_memory" in line for line in verdict_advice("input_bound", ctx))
     False
     >>> verdict_advice("gpu_compute_bound", RunContext(device="cuda", capability=(7, 0)))[0][:40]
-    'Use fp16 mixed precision (torch.autocast('
+    'Use fp16 mixed precision (torch.autocast'
 """
 
 from __future__ import annotations

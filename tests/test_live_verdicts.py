@@ -11,7 +11,7 @@ import torch
 
 from profcallbacks import Schedule, SlowdownConfig, StepProfiler
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS
-from profcallbacks.report import build_report, locate_run
+from profcallbacks.report import build_report, locate_run, render_text
 
 
 @pytest.fixture(autouse=True)
@@ -176,3 +176,32 @@ def test_baseline_capture_can_be_turned_off(tmp_path):
 def test_baseline_capture_validated(tmp_path, value):
     with pytest.raises(ValueError, match="baseline_capture"):
         StepProfiler(tmp_path, baseline_capture=value)
+
+
+def test_a_restart_into_the_logdir_gets_verdicts_on_its_own_captures(tmp_path):
+    # run 1 keeps up with its loader; run 2, restarted into the same logdir with the same
+    # schedule, waits for a slow one: its capture is published as step000005-schedule-2
+    first = run(tmp_path, batches(12, 0.0, width=1024), width=1024, **SCHEDULED)
+    second = run(tmp_path, batches(12, 0.1), **SCHEDULED)
+    [before], [after] = verdicts(first), verdicts(second)
+    assert before["capture"] == "step000005-schedule" and before["kind"] == "cpu_compute_bound"
+    assert after["capture"] == "step000005-schedule-2" and after["kind"] == "input_bound"
+    report = build_report(locate_run(tmp_path))
+    assert [(c["directory"], c["run"]) for c in report["captures"]] == [
+        ("step000005-schedule", 1), ("step000005-schedule-2", 2)]
+    [earlier] = report["earlier_runs"]
+    assert earlier["run"] == 1 and earlier["captures"] == ["step000005-schedule"]
+    assert report["steps"]["last_step"] == 11 and report["steps"]["steps"] <= 12  # run 2 only
+    assert report["verdict"]["kind"] == "input_bound"
+    assert len({f.get("run") for f in report["findings"]}) == 1  # run 2's own findings
+    assert "holds the files of 2 runs" in " ".join(render_text(report).split())
+
+
+def test_the_restarted_runs_directory_is_the_one_found_for_its_file(tmp_path):
+    from profcallbacks.capture.export import published_dir
+
+    for name in ("step000011-schedule", "step000011-schedule-2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rank1_h.11.pt.trace.json.gz").write_bytes(b"x")
+    found = published_dir(tmp_path, "step000011-schedule", "rank1_h.11.pt.trace.json.gz")
+    assert found == tmp_path / "step000011-schedule-2"

@@ -23,7 +23,7 @@ from profcallbacks.detect.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, new_run_id, steps_file
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,8 @@ class ProfilingSession:
 
     def _open(self) -> None:
         rank = self.rank.rank
-        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self.run_id = new_run_id()
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank), self.run_id)
         self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
@@ -193,7 +194,8 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank),
+                                                                run_id=self.run_id))
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
             self.step_end = self._step_end_device  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ training thread, where the session emits them.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -65,6 +66,9 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             trace = slim(trace_file, Path(info.name))
         else:
             trace = load_trace(trace_file)
+        if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
+            # the published directory: name-2, name-3 ... when an earlier run took the name
+            info = dataclasses.replace(info, name=trace_file.parent.name)
         earlier = [p["verdict"]["kind"] for p in history
                    if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
         profile = capture_profile(trace, info, earlier[-1] if earlier else None)

@@ -70,7 +70,8 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     split = split_runs(interval_rows, _read_findings(run, problems))  # a restarted run: the latest
     interval_rows = split.rows
-    findings = sorted(split.findings, key=lambda f: (_int(f["step"]), _int(f["rank"])))
+    findings = sorted(({k: v for k, v in f.items() if k != "run"} for f in split.findings),
+                      key=lambda f: (_int(f["step"]), _int(f["rank"])))  # as Finding.to_dict()
     traces: list[TraceSummary] = []
     healthy: list[TraceSummary] = []
     captures: list[dict[str, Any]] = []

@@ -188,3 +188,18 @@ def test_plain_torch_profiler_trace_of_a_slow_loader_reads_input_bound(tmp_path)
     assert report["verdict"]["kind"] == "input_bound"
     assert report["breakdown"]["data_wait_ms"] == pytest.approx(measured_ms, rel=0.25)
     assert report["breakdown"]["compute_ms"] > 0
+
+
+@pytest.mark.parametrize("path", sorted(HTA_DATA.glob("*.pt.trace.json.gz")) + sorted(
+    KINETO.glob("*.pt.trace.json.gz")), ids=lambda p: p.name.split(".")[0])
+def test_foreign_traces_report_what_they_hold_without_empty_sections(path):
+    from profcallbacks.report.html import render_html
+
+    report = report_of(path)
+    assert report["foreign"] and report["verdict"] is not None
+    text = render_text(report)
+    for empty in ("wrote no steps file", "no traced steps", "no trace could be read", "Verdict: none"):
+        assert empty not in text, empty
+    assert "read from the traces alone" in text
+    html = render_html(report)
+    assert "No traced steps" not in html and "read from the traces alone" in html

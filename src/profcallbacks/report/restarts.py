@@ -3,8 +3,8 @@
 Each steps-file row and finding carries the id of the run that wrote it (``"run"``,
 ``layout.new_run_id``). Ids differ between ranks when the launcher gives none, so runs are
 numbered per rank by order of appearance in that rank's files: the first id a rank wrote is its
-run 1, the next its run 2, and run N of every rank is run N of the log directory. Rows written
-before run ids existed belong to run 1. A capture belongs to the run whose ``capture_verdict``
+run 1, the next its run 2, and run N of every rank is run N of the log directory. Rows without
+an id (written before run ids existed, or by hand) belong to the rank's latest run. A capture belongs to the run whose ``capture_verdict``
 names its directory (``step000011-schedule-2``); a capture no verdict names belongs to the latest.
 
 The report is of the latest run; the earlier ones are summarised in ``earlier_runs`` and never
@@ -46,8 +46,13 @@ def split_runs(rows: list[dict[str, Any]], findings: list[dict[str, Any]]) -> Ru
         if run not in ids:
             ids.append(run)
 
+    for rank, ids in order.items():  # rows without an id join the latest run (as before ids)
+        order[rank] = [i for i in ids if i] or [""]
+
     def number(item: dict[str, Any]) -> int:
-        return order[as_int(item.get("rank"))].index(str(item.get("run") or "")) + 1
+        ids = order[as_int(item.get("rank"))]
+        run = str(item.get("run") or "")
+        return ids.index(run) + 1 if run in ids else len(ids)
 
     runs = max((len(ids) for ids in order.values()), default=1)
     split = RunSplit(runs=runs)

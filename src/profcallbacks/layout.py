@@ -107,6 +107,14 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(2).hex()}"
 
 
+def run_specific_file(path: Path, run: str) -> Path:
+    """``rank0.steps.<run>.jsonl``: where a run that lost the log directory's run marker writes
+    its own lines, never into the file the run now holding the marker writes (readers of
+    ``rank<N>.steps.jsonl`` never see it)."""
+    stem, _, suffix = path.name.rpartition(".")
+    return path.with_name(f"{stem}.{run}.{suffix}")
+
+
 def parse_rank_file(name: str) -> tuple[int, str] | None:
     """``(rank, "steps" | "findings")`` of a per-rank file name, else ``None``."""
     match = RANK_FILE.match(name)

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from profcallbacks.report.advice import without_advice
+from profcallbacks.report.expert_render import diagnoses_html
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_html
@@ -58,6 +59,7 @@ def render_html(report: dict[str, Any]) -> str:
              f"{_e(', '.join(map(str, report['ranks'])) or '-')} (world size {report['world_size']}) "
              f"&middot; {_e(report['generator'])}</p>"]
     parts.append(_verdict_panel(report))
+    parts.append(diagnoses_html(report.get("diagnoses"), report.get("captures")))
     if report.get("foreign"):
         parts.append("<p id=foreign>Traces not written by profcallbacks: no step summaries or "
                      "findings files; what follows is read from the traces alone.</p>")

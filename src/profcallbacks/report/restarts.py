@@ -4,8 +4,9 @@ Each steps-file row and finding carries the id of the run that wrote it (``"run"
 ``layout.new_run_id``). Ids differ between ranks when the launcher gives none, so runs are
 numbered per rank by order of appearance in that rank's files: the first id a rank wrote is its
 run 1, the next its run 2, and run N of every rank is run N of the log directory. Rows without
-an id (written before run ids existed, or by hand) belong to the rank's latest run. A capture belongs to the run whose ``capture_verdict``
-names its directory (``step000011-schedule-2``); a capture no verdict names belongs to the latest.
+an id (written before run ids existed, or by hand) belong to the rank's latest run. A capture
+belongs to the run whose ``capture_verdict`` names its directory (``step000011-schedule-2``);
+a capture no verdict names belongs to the latest.
 
 The report is of the latest run; the earlier ones are summarised in ``earlier_runs`` and never
 merged into its steps, findings or verdict.

@@ -60,7 +60,7 @@ class TensorBoardWriter:
             self._file.flush(force=True)
         return self._file
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
+    def write_scalars(self, values: dict[str, float], step: int) -> None:
         self._buffer.append((values, step))
         now = time.monotonic()
         if now >= self._next_write:
@@ -166,6 +166,10 @@ class StepsFile:
             self._out.append(b"".join([_steps_line(*row, self._run) for row in rows]), flush=False)
         self._out.flush()
 
+    def move_to(self, path: Path) -> None:
+        """Write to ``path`` from now on (lines not yet written included)."""
+        self.path = self._out.path = path
+
     def close(self) -> None:
         self.flush()
         self._out.close()
@@ -205,8 +209,12 @@ class SummaryPublisher:
                  tensorboard: TensorBoardWriter | None, steps_file: StepsFile | None) -> None:
         self._prefix = prefix
         self._rank = rank
-        self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
+        self._sinks = list(sinks) + ([tensorboard.write_scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
+
+    @property
+    def steps_file(self) -> StepsFile | None:
+        return self._steps_file
 
     def publish(self, summary: IntervalSummary, extra: dict[str, float],
                 fields: dict[str, float] | None = None) -> None:

@@ -248,7 +248,7 @@ def test_a_restart_into_the_logdir_gets_verdicts_on_its_own_captures(tmp_path):
 
 
 def test_the_restarted_runs_directory_is_the_one_found_for_its_file(tmp_path):
-    from profcallbacks.capture.export import published_dir
+    from profcallbacks.capture.trace_writer import published_dir
 
     for name in ("step000011-schedule", "step000011-schedule-2"):
         (tmp_path / name).mkdir()

@@ -10,12 +10,14 @@ import os
 import signal
 import time
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import capture_dirs, tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler, TraceOptions
+from profcallbacks.capture import controller
 from profcallbacks.capture import exporter as export_helper
 
 
@@ -27,10 +29,10 @@ def test_export_runs_in_a_helper_process_that_ends_with_the_run(tmp_path):
         for _ in range(6):
             train_step(model, opt)
             prof.step()
-        exporter = prof.session._captures._exporter
-        process = exporter._channel._process
-        assert process is not None and process.pid != os.getpid() and process.poll() is None
-    assert process.poll() is not None  # the helper never outlives the run
+        pid = prof.session.export_helper_pid
+        assert pid is not None and pid != os.getpid() and Path(f"/proc/{pid}").exists()
+    assert prof.session.export_helper_pid is None
+    assert not Path(f"/proc/{pid}").exists()  # the helper never outlives the run (and was reaped)
     (capture,) = capture_dirs(tmp_path)
     (trace_file,) = capture.glob("*.pt.trace.json.gz")
     trace = json.loads(gzip.decompress(trace_file.read_bytes()))
@@ -51,7 +53,8 @@ def test_a_captures_events_are_freed_at_a_pause_not_by_the_collector_mid_trainin
             for _ in range(8):
                 train_step(model, opt)
                 prof.step()
-            retired = prof.session._captures._retired  # the exported window's torch profiler
+            (retired,) = [o for o in gc.get_objects()  # the exported window's torch profiler
+                          if isinstance(o, torch.profiler.profile) and o.profiler is not None]
             events = weakref.ref(retired.profiler)
             del retired
             for _ in range(3):
@@ -92,18 +95,16 @@ def test_a_hung_export_still_publishes_the_raw_trace_as_partial(tmp_path, monkey
     monkeypatch.setattr(export_helper, "USE_HELPER_PROCESS", False)
     monkeypatch.setattr(export.CaptureWriter, "export", lambda *a: time.sleep(5))
     monkeypatch.setattr(export_helper, "CLOSE_BYTES_PER_S", 1e12)
+    monkeypatch.setattr(controller, "CLOSE_WAIT_FAILED_S", 0.5)  # a wait the test can afford
     model, opt = tiny_model()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=0, warmup=0, active=2),
                         tensorboard_scalars=False)
     start = time.monotonic()
-    with prof:
-        exporter = prof.session._captures._exporter
-        exporter._publish_timeout_s = 0.0
+    with pytest.raises(KeyError), prof:  # a failed run: the open window is exported as partial
         for _ in range(3):
             train_step(model, opt)
             prof.step()
-        prof.session._captures.finish(partial=True)
-        exporter.close(timeout_s=0.5)  # what close() does, with a wait the test can afford
+        raise KeyError("the training loop fails")
     assert time.monotonic() - start < 4
     (capture,) = capture_dirs(tmp_path)
     assert capture.name == "step000000-schedule-partial"

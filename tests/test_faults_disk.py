@@ -10,9 +10,9 @@ import pytest
 from faults_helpers import SmallDisk, small_disk_fixture  # noqa: F401  (the small_disk fixture)
 from helpers import tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
-from profcallbacks.core import sinks
 from profcallbacks.core.faults import RecoveringAppender
 from profcallbacks.findings import Finding, FindingsFile
+from profcallbacks.run import sinks
 
 
 @pytest.fixture(autouse=True)

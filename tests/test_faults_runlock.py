@@ -10,10 +10,10 @@ import time
 
 from helpers import tiny_model, train_step
 from profcallbacks import StepProfiler
-from profcallbacks.core import runlock, sinks
 from profcallbacks.findings import Finding
 from profcallbacks.layout import META_DIR, findings_file, parse_rank_file, run_lock_file, steps_file
 from profcallbacks.report.reading import read_jsonl
+from profcallbacks.run import runlock, sinks
 
 
 def test_a_run_that_lost_its_marker_stops_writing_the_shared_files(tmp_path, monkeypatch, caplog):

@@ -18,11 +18,11 @@ import torch
 
 from helpers import capture_dirs, tiny_model, train_step
 from profcallbacks import ProfilerConfig, ProfilingSession, Schedule, StepProfiler, TraceOptions
-from profcallbacks.capture import export_helper
+from profcallbacks.capture import exporter as export_helper
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.testing import FakeClock, StepRecorder
 
 
@@ -216,7 +216,7 @@ def test_a_window_recorded_during_an_export_is_marked(tmp_path):
 
 def test_a_hung_export_still_publishes_the_raw_trace_as_partial(tmp_path, monkeypatch):
     """Issue 17 item 6: whatever happens to the writer, close publishes within a bounded wait."""
-    from profcallbacks.capture import export
+    from profcallbacks.capture import trace_writer as export
 
     monkeypatch.setattr(export_helper, "USE_HELPER_PROCESS", False)
     monkeypatch.setattr(export.CaptureWriter, "export", lambda *a: time.sleep(5))

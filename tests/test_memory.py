@@ -10,6 +10,7 @@ import torch
 
 from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, ProfilerConfig, StepProfiler
+from profcallbacks.core.triggers import MEMORY, CaptureRequest
 from profcallbacks.detect.memory import MemoryCreepDetector, read_rss_mb
 from profcallbacks.detect.memory_sites import MemorySiteSpy
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
@@ -36,7 +37,7 @@ def test_growth_of_256_kb_per_step_is_flagged_with_its_rate():
     assert findings[0].step < 2000
     assert findings[0].details["growth_mb_per_1k_steps"] == pytest.approx(250, rel=0.3)
     assert findings[0].details["source"] == "process_rss"
-    assert findings[0].capture == "memory"
+    assert findings[0].capture == CaptureRequest(MEMORY, profile_memory=True)
 
 
 @pytest.mark.parametrize("warmup_steps", [200, 0])
@@ -197,7 +198,7 @@ def test_memory_capture_asked_for_explicitly_then_sync_audit_right_after(tmp_pat
     with prof:
         for step in range(30):
             if step == 10:
-                prof.session.request_capture(trigger="memory")
+                prof.session.request_capture(trigger=MEMORY, profile_memory=True)
             loss = model(torch.randn(4, 16)).sum()
             kept.append(torch.ones(1000))  # KEPT-TOO
             loss.item()
@@ -319,7 +320,7 @@ def test_memory_capture_counts_towards_max_captures(tmp_path):
     with prof:
         for step in range(30):
             if step == 10:
-                prof.session.request_capture(trigger="memory")
+                prof.session.request_capture(trigger=MEMORY, profile_memory=True)
             prof.step()
     assert [p.name for p in prof.captures] == ["step000002-schedule"]
     assert [f.kind for f in prof.findings if f.kind != "capture_verdict"] == []

@@ -10,10 +10,11 @@ import pytest
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import ProfilerConfig, ProfilingSession, SlowdownConfig, StepProfiler
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.core.triggers import SLOWDOWN, CaptureRequest
 from profcallbacks.detect.slowdown import SlowdownDetector
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import BLOCK_STEPS
 from profcallbacks.testing import FakeClock
 
 BASE_S = 0.010
@@ -204,7 +205,7 @@ def test_capture_cooldown_suppresses_captures_of_flapping_slowdowns():
     alerts = of(feed(levels, spike_every=0, config=config)[0], "step_slowdown")
     assert len(alerts) == 6
     assert [a.details["capture"] for a in alerts] == [True, False, False, False, False, True]
-    assert alerts[0].capture == "slowdown" and alerts[1].capture is None
+    assert alerts[0].capture == CaptureRequest(SLOWDOWN) and alerts[1].capture is None
 
 
 def test_lasting_slowdown_becomes_the_new_baseline_after_its_time_and_steps():

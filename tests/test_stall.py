@@ -9,9 +9,9 @@ from torch.utils.data import DataLoader, Dataset
 from profcallbacks import ProfilerConfig, ProfilingSession, StallConfig, StepProfiler
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.stall import StallDetector
+from profcallbacks.run.defaults import default_detectors
 from profcallbacks.testing import FakeClock
 
 

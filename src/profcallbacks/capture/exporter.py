@@ -3,7 +3,7 @@
 The training process stops the profiler and lets kineto save its raw trace (what torch's own
 ``on_trace_ready`` export costs too), then hands the file to a helper process, started on the
 start of the run (on ranks that write traces), at the lowest CPU priority. There
-:class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
+:class:`~profcallbacks.capture.trace_writer.CaptureWriter` parses, post-processes, gzips and publishes
 it without holding the training process's GIL. The helper
 reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
 the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles;
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.export import (
+from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.trace_writer import (
     CaptureWriter,
     load_hook,
     new_raw_trace_path,
     remove_raw,
     rescue_raw,
 )
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 
@@ -46,7 +46,7 @@ Message = tuple[Any, ...]
 
 _BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
          "sys.modules['profcallbacks'] = m; "  # this very package, wherever the child's sys.path points
-         "from profcallbacks.capture.export_helper import main; main()")
+         "from profcallbacks.capture.exporter import main; main()")
 
 
 class TraceExporter:
@@ -65,9 +65,10 @@ class TraceExporter:
         ['step000000-manual']
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
+                 analysis: str | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -304,6 +305,7 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     The live capture analysis is imported at the first export, not at start-up.
     """
     writer: CaptureWriter | None = None
+    analysis: str | None = None
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -315,11 +317,12 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
+            analysis = message[4]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
                                    publish_timeout_s=message[3])
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
-                writer.on_published = load_hook()
+                writer.on_published = load_hook(analysis)
             info: CaptureInfo = message[2]
             writer.export(Path(message[1]), info)
             report("done", info.name)

@@ -60,7 +60,7 @@ class TensorBoardWriter:
             self._file.flush(force=True)
         return self._file
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
+    def write_scalars(self, values: dict[str, float], step: int) -> None:
         self._buffer.append((values, step))
         now = time.monotonic()
         if now >= self._next_write:
@@ -207,7 +207,7 @@ class SummaryPublisher:
                  tensorboard: TensorBoardWriter | None, steps_file: StepsFile | None) -> None:
         self._prefix = prefix
         self._rank = rank
-        self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
+        self._sinks = list(sinks) + ([tensorboard.write_scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
 
     @property

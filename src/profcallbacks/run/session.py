@@ -151,6 +151,11 @@ class ProfilingSession:
         return self._captures.captures
 
     @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none yet, or a thread)."""
+        return self._captures.export_helper_pid
+
+    @property
     def captures_started(self) -> int:
         """Capture windows opened so far (they count towards ``max_captures``)."""
         return self._captures.captures_started

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
+from profcallbacks.core import reruns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
@@ -195,8 +197,14 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
+    @property
+    def is_open(self) -> bool:
+        """Between ``open()`` and ``close()``."""
+        return self._opened
+
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
+        reruns.take_over(self.logdir, self)  # closes one a raised training left open here
         _prepare_logdir(self.logdir)
         try:
             # every rank first: the trigger agreement is a collective, so a rank that fails
@@ -366,6 +374,17 @@ class ProfilingSession:
             if self._findings_file is not None:
                 self._findings_file.close()
             self._release_lock()
+            reruns.release(self.logdir, self)
+
+    def __del__(self) -> None:
+        """Collected while open (abandoned by an exception): close, with one warning."""
+        if getattr(self, "_opened", False) and not sys.is_finalizing():
+            log.warning("profcallbacks: a profiler on %s was never closed and is collected; it "
+                        "is closed now.", self.logdir)
+            try:
+                self.close(failed=True)
+            except Exception:  # never raise from the collector
+                pass
 
     def _leave_shared_files(self, lock: RunLock) -> None:
         """Another run took the log directory over (this one was suspended): write this run's

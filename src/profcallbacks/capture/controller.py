@@ -27,6 +27,10 @@ from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 120.0
+"""Seconds the end of a run waits for its exports; a trace not written by then is published raw."""
+CLOSE_WAIT_FAILED_S = 10.0
+"""The same wait when the run ends with an error (and no rank waits for the others' files)."""
 MIN_AGREE_EVERY = 10  # steps between trigger agreements, at least (they are collectives)
 
 
@@ -119,6 +123,11 @@ class CaptureController:
         if agreement is not None and agreement.enabled:
             due = min(due, (step // agreement.every + 1) * agreement.every)
         return due
+
+    @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none, or exports on a thread)."""
+        return self._exporter.helper_pid if self._exporter is not None else None
 
     def take_findings(self) -> list[Finding]:
         """Findings the exporter made about published captures since the last call."""
@@ -275,8 +284,8 @@ class CaptureController:
         finally:  # also after a Ctrl-C held during the stop: what was recorded is published
             self.release_retired()
             if self._exporter is not None:
-                self._exporter.close(timeout_s=10.0 if failed else 120.0, publish_timeout_s=(
-                    0.0 if failed else None))
+                self._exporter.close(timeout_s=CLOSE_WAIT_FAILED_S if failed else CLOSE_WAIT_S,
+                                     publish_timeout_s=0.0 if failed else None)
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:

@@ -88,6 +88,11 @@ class TraceExporter:
         """Exports run on a thread of this process (no helper process could be started)."""
         return self._channel is not None and self._channel.in_process
 
+    @property
+    def helper_pid(self) -> int | None:
+        """Process id of the helper while it runs (``None``: not started, gone, or a thread)."""
+        return self._channel.pid if self._channel is not None else None
+
     def prepare(self) -> None:
         """Start the helper now (a window begins), not when its first export is due.
 
@@ -212,6 +217,11 @@ class _Channel:
     @property
     def in_process(self) -> bool:
         return self._process is None
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     @property
     def gone(self) -> bool:

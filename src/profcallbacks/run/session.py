@@ -12,6 +12,7 @@ from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
+from profcallbacks.core import reruns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
@@ -21,7 +22,7 @@ from profcallbacks.detect.base import Detector, Participant, RecordDetector, Ste
 from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.defaults import default_auditor, default_detectors
@@ -152,6 +153,11 @@ class ProfilingSession:
         return self._captures.captures
 
     @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none yet, or a thread)."""
+        return self._captures.export_helper_pid
+
+    @property
     def captures_started(self) -> int:
         """Capture windows opened so far (they count towards ``max_captures``)."""
         return self._captures.captures_started
@@ -193,8 +199,14 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
+    @property
+    def is_open(self) -> bool:
+        """Between ``open()`` and ``close()``."""
+        return self._opened
+
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
+        reruns.take_over(self.logdir, self)  # closes one a raised training left open here
         _prepare_logdir(self.logdir)
         try:
             # every rank first: the trigger agreement is a collective, so a rank that fails
@@ -212,7 +224,8 @@ class ProfilingSession:
 
     def _open(self) -> None:
         rank = self.rank.rank
-        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self.run_id = new_run_id()
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank), self.run_id)
         self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
@@ -221,7 +234,8 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank),
+                                                                run_id=self.run_id))
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
             self._step_clock = self._device_step_clock
@@ -386,6 +400,17 @@ class ProfilingSession:
             if self._findings_file is not None:
                 self._findings_file.close()
             self._release_lock()
+            reruns.release(self.logdir, self)
+
+    def __del__(self) -> None:
+        """Collected while open (abandoned by an exception): close, with one warning."""
+        if getattr(self, "_opened", False) and not sys.is_finalizing():
+            log.warning("profcallbacks: a profiler on %s was never closed and is collected; it "
+                        "is closed now.", self.logdir)
+            try:
+                self.close(failed=True)
+            except Exception:  # never raise from the collector
+                pass
 
     def _leave_shared_files(self, lock: RunLock) -> None:
         """Another run took the log directory over (this one was suspended): write this run's

@@ -30,6 +30,9 @@ SLOWDOWN_DIAGNOSIS = "slowdown_diagnosis"
 MEMORY_CREEP = "memory_creep"
 MEMORY_SITES = "memory_sites"
 OUT_OF_MEMORY = "out_of_memory"
+RECOMPILE = "recompile"
+COMPILE_FALLBACK = "compile_fallback"
+GRAPH_BREAK = "graph_break"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 

@@ -36,6 +36,7 @@ class RankView:
     medians_ms: list[float] = field(default_factory=list)
     steps: int = 0
     memory: dict[str, float] = field(default_factory=dict)
+    compile_s: float = 0.0  # torch.compile's compile time in the rows read so far
 
     def add(self, row: dict[str, Any]) -> None:
         median = row.get("step_time_ms_median")
@@ -45,6 +46,9 @@ class RankView:
         self.memory.update({k: float(v) for k, v in row.items()
                             if k.endswith("_mb") and isinstance(v, (int, float))})
         self.steps += int(row.get("steps", 0) or 0)
+        compile_ms = row.get("compile_ms")
+        if isinstance(compile_ms, (int, float)) and compile_ms > 0:
+            self.compile_s += float(compile_ms) / 1e3
         self.medians_ms.append(float(median))
         if len(self.medians_ms) > SPARK_POINTS:  # halve the resolution, keep the whole run
             pairs = zip(self.medians_ms[0::2], self.medians_ms[1::2], strict=False)

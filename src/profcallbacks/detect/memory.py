@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 MB = 1024 * 1024
 CUDA_ALLOCATED = "cuda_allocated"
 PROCESS_RSS = "process_rss"
+MAX_SAMPLES = 512  # samples kept: a window of 30 s sampled every 0.2 s holds 150
 _SEGMENTS = 4  # growth must show in each of this many consecutive parts of the window
 
 
@@ -29,17 +30,25 @@ _SEGMENTS = 4  # growth must show in each of this many consecutive parts of the 
 class MemoryConfig:
     """Always-on memory numbers and the ``memory_creep`` alert (defaults in the README).
 
-    Growth is judged on ``cuda_allocated`` (CUDA) or ``process_rss`` (CPU) over the last
-    ``window_steps`` steps after ``warmup_steps``: the Theil-Sen slope (median of pairwise slopes)
-    must reach ``min_rate_mb_per_1k_steps`` and the median of each quarter of the window must lie
-    above the one before by a quarter of what that slope predicts. Warm-up growth, a one-off
-    jump (the first evaluation) and an allocator that grows its cache in steps fail one of the two.
+    Growth is judged on ``cuda_allocated`` (CUDA) or ``process_rss`` (CPU) after
+    ``warmup_steps``, over a window sized in steps, seconds and samples at once: the last
+    ``window_steps`` steps or the last ``window_s`` seconds, whichever holds more, and never fewer
+    than ``min_samples`` samples. So a loop of 0.1 ms steps sampled once a second is judged over
+    seconds (1,000 steps would hold no two samples), one of 5 s steps over steps. The Theil-Sen
+    slope (median of pairwise slopes) must reach ``min_rate_mb_per_1k_steps`` and the median of
+    each quarter of the window must lie above the one before by a quarter of what that slope
+    predicts. Warm-up growth, a one-off jump (the first evaluation) and an allocator that grows
+    its cache in steps fail one of the two. With the defaults a leak of 256 KB per step is
+    flagged within 2,000 steps or 60 s, whichever is longer, at step times of 0.1 ms to 5 s.
 
     Args:
         sample_every_s: Least seconds between two samples (0: at every step summary).
         warmup_steps: Samples before this step are ignored (caches filling, first batches).
-        window_steps: Steps the growth is judged over; it is judged once samples span half of it.
-        min_samples: Fewest samples in the window before any judgement.
+        window_steps: Steps the growth is judged over (at least); it is judged once samples span
+            half of it, or half of ``window_s``.
+        window_s: Seconds the growth is judged over (at least), for loops of short steps.
+        min_samples: Fewest samples in the window: it reaches back further until it holds
+            them, and nothing is judged before.
         min_rate_mb_per_1k_steps: Least sustained growth (MB per 1,000 steps) that alerts.
         min_growth_mb: Least growth (MB) over the judged span that alerts.
         capture_sites: On an alert, capture a few steps and report which lines keep the memory.
@@ -55,6 +64,7 @@ class MemoryConfig:
     sample_every_s: float = 1.0
     warmup_steps: int = 200
     window_steps: int = 1000
+    window_s: float = 30.0
     min_samples: int = 8
     min_rate_mb_per_1k_steps: float = 32.0
     min_growth_mb: float = 32.0
@@ -68,6 +78,7 @@ class MemoryConfig:
                      example=1.0)
         check_int(owner, "warmup_steps", self.warmup_steps, example=200)
         check_int(owner, "window_steps", self.window_steps, minimum=8, example=1000)
+        check_number(owner, "window_s", self.window_s, above=0.0, maximum=86400.0, example=30.0)
         check_int(owner, "min_samples", self.min_samples, minimum=_SEGMENTS * 2, example=8)
         check_number(owner, "min_rate_mb_per_1k_steps", self.min_rate_mb_per_1k_steps,
                      above=0.0, example=32.0)
@@ -122,8 +133,9 @@ def theil_sen(points: list[tuple[int, float]]) -> float:
 class MemoryCreepDetector:
     """Raises one ``memory_creep`` finding per episode of sustained memory growth.
 
-    Fed one sample per step summary (``observe(step, mb)``), never per step. An episode ends when
-    the slope falls below half of ``min_rate_mb_per_1k_steps``; the next growth alerts again.
+    Fed one sample per step summary (``observe(step, mb, now)``), never per step. An episode
+    ends when the slope falls below half of ``min_rate_mb_per_1k_steps``; the next growth alerts
+    again. Without ``now`` (seconds, any clock) the window is sized in steps and samples only.
 
     Example:
         >>> detector = MemoryCreepDetector(MemoryConfig(warmup_steps=0, window_steps=100), rank=0)
@@ -137,17 +149,19 @@ class MemoryCreepDetector:
         self.rank = rank
         self.source = source
         self.total_mb = total_mb
-        self.samples: deque[tuple[int, float]] = deque(maxlen=512)
+        self.samples: deque[tuple[int, float]] = deque(maxlen=MAX_SAMPLES)
+        self._times: deque[float | None] = deque(maxlen=MAX_SAMPLES)  # seconds of each sample
         self._alerted = False
 
-    def observe(self, step: int, mb: float) -> list[Finding]:
-        """Take the sample of ``step`` (``mb`` of the source); returns the finding, if any."""
+    def observe(self, step: int, mb: float, now: float | None = None) -> list[Finding]:
+        """Take the sample of ``step`` (``mb`` of the source, read at ``now`` seconds); returns
+        the finding, if any."""
         if step < self.config.warmup_steps:
             return []
         self.samples.append((step, mb))
-        window = [(s, v) for s, v in self.samples if s > step - self.config.window_steps]
-        if len(window) < self.config.min_samples or \
-                window[-1][0] - window[0][0] < self.config.window_steps // 2:
+        self._times.append(now)
+        window = self._window(step, now)
+        if window is None:
             return []
         rate = theil_sen(_thin(window, 32))  # 496 pairs: about 0.1 ms
         limit = self.config.min_rate_mb_per_1k_steps / 1000
@@ -158,6 +172,24 @@ class MemoryCreepDetector:
             return []
         self._alerted = True
         return [self._finding(step, mb, rate)]
+
+    def _window(self, step: int, now: float | None) -> list[tuple[int, float]] | None:
+        """The samples to judge (see :class:`MemoryConfig`), or ``None`` before any judgement."""
+        config = self.config
+        samples, times = self.samples, self._times
+        start = len(samples) - min(config.min_samples, len(samples))  # at least min_samples
+        while start > 0 and (samples[start - 1][0] > step - config.window_steps or (
+                now is not None and (t := times[start - 1]) is not None
+                and t > now - config.window_s)):
+            start -= 1
+        window = list(samples)[start:]
+        if len(window) < config.min_samples:
+            return None
+        first_time = times[start]
+        long_in_steps = window[-1][0] - window[0][0] >= config.window_steps // 2
+        long_in_time = now is not None and first_time is not None and \
+            now - first_time >= config.window_s / 2
+        return window if long_in_steps or long_in_time else None
 
     def _sustained(self, window: list[tuple[int, float]], rate: float) -> bool:
         span = window[-1][0] - window[0][0]

@@ -298,6 +298,7 @@ class ProfilingSession:
         try:
             if self._auditing:
                 self._stop_audit(cancel=True)
+            self._finish_audit(self.step - 1)
             self._captures.close(failed=failed)
             if self._memory is not None:
                 self._memory.close()
@@ -432,14 +433,35 @@ class ProfilingSession:
         if self._audit_starts > MAX_AUDIT_STARTS:
             log.info("profcallbacks: the sync audit was cut short by pauses %d times; given up.",
                      MAX_AUDIT_STARTS)
-            self._auditor = None
+            self._give_up_audit(f"cut short by pauses {MAX_AUDIT_STARTS} times at step "
+                                f"{self.step}, given up")
             return
         try:
             auditor.begin_step(self.step)
             self._auditing = True
         except Exception as exc:
             log.warning("profcallbacks: the sync audit failed to start (%s); it is disabled.", exc)
-            self._auditor = None
+            self._give_up_audit(f"failed to start at step {self.step} ({type(exc).__name__})")
+
+    def _give_up_audit(self, why: str) -> None:
+        """The audit is off for the rest of the run: a ``sync_audit`` finding says why."""
+        auditor, self._auditor = self._auditor, None
+        stopped = getattr(auditor, "stopped", None)
+        if stopped is not None:
+            try:
+                self.emit(stopped(self.step, why))
+            except Exception as exc:
+                log.warning("profcallbacks: the sync audit could not report (%s).", exc)
+
+    def _finish_audit(self, last_step: int) -> None:
+        """The run ends: the audit reports a round cut short, or that its check did not run."""
+        auditor, self._auditor = self._auditor, None
+        finish = getattr(auditor, "finish", None)
+        try:
+            for finding in finish(last_step) if finish is not None else ():
+                self.emit(finding)
+        except Exception as exc:
+            log.warning("profcallbacks: the sync audit could not report (%s).", exc)
 
     def _stop_audit(self, *, cancel: bool) -> list[Finding]:
         """End the audit of this step; its findings once the last audited step is done."""
@@ -457,7 +479,7 @@ class ProfilingSession:
             return findings
         except Exception as exc:
             log.warning("profcallbacks: the sync audit failed (%s); it is disabled.", exc)
-            self._auditor = None
+            self._give_up_audit(f"failed at step {self._first} ({type(exc).__name__})")
             return []
 
     def _disable(self, detector: Detector, step: int, exc: Exception) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from profcallbacks.core.checks import MAX_INT, check_int, check_number, fail
 from profcallbacks.detect.sync_fixes import KNOWN_FIXES, known_fix
 from profcallbacks.detect.sync_spy import LIBRARIES, SyncSite, SyncSpy
-from profcallbacks.findings import SYNC_POINT, Finding
+from profcallbacks.findings import SYNC_AUDIT, SYNC_POINT, Finding
 
 if TYPE_CHECKING:
     from torch.utils.weak import WeakIdKeyDictionary
@@ -27,12 +27,15 @@ class SyncAuditConfig:
 
     The audit runs a dispatch-mode spy (about 1.7x slower on a tiny step, 2x with the CPU-run
     tracking) for rounds of ``steps`` steps: from ``at_step`` on, then from each step in
-    ``repeat_at``. Nothing of it is installed otherwise. The defaults audit steps 19-20 and
-    99-100: work done every 10, 50 or 100 steps, counted from 0 (``step % 10 == 0``) or from 1
+    ``repeat_at``. Nothing of it is installed otherwise. The defaults audit steps 19-21 and
+    99-101: work done every 10, 50 or 100 steps, counted from 0 (``step % 10 == 0``) or from 1
     (``(step + 1) % 10 == 0``, as the HF Trainer and Lightning log), is seen by the end of step
-    100, for 4 audited steps in all. A round that a capture window is in the way of moves to the
-    next steps with the same alignment (19-20 to 29-30, 99-100 to 199-200); a round not aligned
-    on 10 runs right after the window.
+    101, for 6 audited steps in all, on both sides of the step boundary: work a loop does after
+    ``prof.step()`` (a callback that runs after ours) lands in the next step, and is still seen.
+    A round that a capture window is in the way of moves to the next steps with the same
+    alignment (19-21 to 29-31, 99-101 to 199-201); a round not aligned on 10 runs right after
+    the window. Each round ends with a ``sync_audit`` finding saying which steps it audited; a
+    run that ends before an audit, or an audit given up, says why in one too.
 
     Args:
         at_step: First audited step (0-based).
@@ -46,12 +49,12 @@ class SyncAuditConfig:
             (milliseconds) is a warning; shorter ones and every CPU-only site are info.
 
     Example:
-        >>> SyncAuditConfig(at_step=9, repeat_at=(49,), allow=("train.py:42",)).audited_steps
+        >>> SyncAuditConfig(at_step=9, steps=2, repeat_at=(49,)).audited_steps
         (9, 10, 49, 50)
     """
 
     at_step: int = 19
-    steps: int = 2
+    steps: int = 3
     repeat_at: tuple[int, ...] = (99,)
     allow: tuple[str, ...] = ()
     libraries: tuple[str, ...] = LIBRARIES
@@ -60,7 +63,7 @@ class SyncAuditConfig:
     def __post_init__(self) -> None:
         owner = "SyncAuditConfig"
         check_int(owner, "at_step", self.at_step, minimum=0, example=19)
-        check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=2)
+        check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=3)
         for name, example in (("allow", ("train.py:42",)), ("libraries", ("torch",))):
             value = getattr(self, name)
             if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
@@ -125,6 +128,9 @@ class SyncAuditor:
         self._seen_at: dict[tuple[str, str, str | None], list[int]] = {}
         self._reported: set[tuple[str, str, str | None]] = set()
         self._audited: list[int] = []
+        self._round: list[int] = []              # steps of the current round audited so far
+        self._round_plan = self._planned(self.next_step)
+        self._accelerator_seen = False
         self._skipped = 0
         self._derived: WeakIdKeyDictionary | None = None
 
@@ -134,6 +140,7 @@ class SyncAuditor:
             aligned = _realigned(planned, self.config.steps, step)
             if aligned != step:  # a capture window was in the way: keep the round's alignment
                 self.next_step = aligned
+                self._round_plan = self._planned(aligned)
                 return
         self._spy = SyncSpy(self.config.libraries, accelerator=self._accelerator,
                             derived=self._derived)
@@ -166,6 +173,8 @@ class SyncAuditor:
             mine.library_ops.update(site.library_ops)
             self._seen_at.setdefault(key, []).append(step)
         self._audited.append(step)
+        self._round.append(step)
+        self._accelerator_seen = spy.accelerator
         self._in_round += 1
         if self._in_round < self.config.steps:
             self.next_step = step + 1
@@ -174,7 +183,58 @@ class SyncAuditor:
         later = [s for s in self._rounds if s > step]
         self._rounds = later[1:]
         self.next_step = later[0] if later else None
-        return self._findings(step, spy.accelerator)
+        found = self._findings(step, spy.accelerator)
+        status = self._status(step, len(found), None)
+        self._round_plan = self._planned(self.next_step)
+        return [*found, status]
+
+    def finish(self, last_step: int) -> list[Finding]:
+        """The run ended after ``last_step``: what a round cut short found, and a ``sync_audit``
+        finding for each check that did not (fully) run, saying why."""
+        ended = (f"the run ended at step {last_step}" if last_step >= 0
+                 else "the run ended before its first step")
+        found: list[Finding] = []
+        if self._round:  # a round cut short: report what its audited steps saw
+            later = [p for s in self._rounds for p in self._planned(s)]
+            self.next_step, self._rounds = None, []
+            found = self._findings(last_step, self._accelerator_seen)
+            why = f"{ended}, during the audit" + (
+                f"; {_steps(later, ' not audited')}" if later else "")
+            found.append(self._status(last_step, len(found), why))
+        elif self.next_step is not None:
+            when = "before the first audit" if not self._audited else "before the next audit"
+            found.append(self.stopped(last_step, f"{ended}, {when}"))
+            self.next_step, self._rounds = None, []
+        return found
+
+    def stopped(self, step: int, why: str) -> Finding:
+        """The ``sync_audit`` finding of a check that did not run: ``why`` in a few words."""
+        later = [p for s in self._rounds for p in self._planned(s)]
+        message = f"sync audit: {why}"
+        if self._round_plan:
+            message += f" ({_steps(self._round_plan, ' to be audited')})"
+        if later:
+            message += f"; {_steps(later, ' not audited either')}"
+        details: dict[str, Any] = {"ran": False, "reason": why, "planned_steps": self._round_plan,
+                                   "later_steps": later, "audited_steps": list(self._audited)}
+        return Finding(SYNC_AUDIT, step, self.rank, "info", message + ".", details)
+
+    def _status(self, step: int, new_sites: int, cut_short: str | None) -> Finding:
+        round_steps, self._round = self._round, []
+        found = (f"{new_sites} new call site{'s' if new_sites != 1 else ''} (sync_point)"
+                 if new_sites else "no new sync point")
+        message = f"sync audit ran at {_steps(round_steps)}: {found}"
+        if cut_short:
+            message += f"; cut short: {cut_short} ({_steps(self._round_plan)} planned)"
+        if self.next_step is not None:
+            message += f"; next audit at step {self.next_step}"
+        details: dict[str, Any] = {"ran": True, "audited_steps": round_steps,
+                                   "planned_steps": self._round_plan, "new_sites": new_sites,
+                                   "cut_short": cut_short, "next_step": self.next_step}
+        return Finding(SYNC_AUDIT, step, self.rank, "info", message + ".", details)
+
+    def _planned(self, first: int | None) -> list[int]:
+        return [] if first is None else list(range(first, first + self.config.steps))
 
     def _findings(self, step: int, accelerator: bool) -> list[Finding]:
         audited = len(self._audited)
@@ -225,9 +285,11 @@ class SyncAuditor:
 
 def _realigned(planned: int, steps: int, offered: int) -> int:
     """The first step of a round planned at ``planned`` moved past ``offered``, keeping its
-    alignment on 100 or 10 (by its last step); unaligned rounds run at ``offered``."""
-    last = planned + steps - 1
-    period = 100 if last % 100 == 0 else 10 if last % 10 == 0 else 0
+    alignment on 100 or 10 (a step of the round that is a multiple of it); unaligned rounds run
+    at ``offered``."""
+    round_steps = range(planned, planned + steps)
+    period = (100 if any(s % 100 == 0 for s in round_steps) else
+              10 if any(s % 10 == 0 for s in round_steps) else 0)
     if not period:
         return offered
     while planned < offered:
@@ -237,6 +299,13 @@ def _realigned(planned: int, steps: int, offered: int) -> int:
 
 def _ranges(steps: list[int]) -> str:
     return ", ".join(map(str, steps))
+
+
+def _steps(steps: list[int], were: str | None = None) -> str:
+    """``step 19`` or ``steps 19, 20, 21``; with ``were``: ``step 19 was ...``, ``steps ... were ...``."""
+    several = len(steps) > 1
+    verb = "" if were is None else (" were" if several else " was") + were
+    return f"step{'s' if several else ''} {_ranges(steps)}{verb}"
 
 
 def audit_findings_of(findings: Iterable[Finding]) -> list[Finding]:

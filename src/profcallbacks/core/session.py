@@ -224,6 +224,21 @@ class ProfilingSession:
         self._waits[self._n + 1] += (self._clock()
                                      - (began if began > self._wait_from else self._wait_from))
 
+    @property
+    def auditing(self) -> bool:
+        """The sync audit watches the current step."""
+        return self._auditing
+
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the current step's input: while the sync audit watches the step, what
+        is computed from it counts as a device value on a CPU run (it would be on the device)."""
+        mark = getattr(self._auditor, "mark_batch", None) if self._auditing else None
+        if mark is not None:
+            try:
+                mark(batch)
+            except Exception as exc:  # the audit never stops training
+                log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
+
     def batch_done(self) -> None:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
         self._wait_from = self._clock()

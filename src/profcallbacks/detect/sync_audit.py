@@ -148,6 +148,11 @@ class SyncAuditor:
         self._derived = self._spy.derived_tensors  # values made in one audited step and read
         # in the next (Lightning converts a step's logged values after it) stay known
 
+    def mark_batch(self, batch: Any) -> None:
+        """``batch`` is the audited step's input (see :meth:`SyncSpy.mark`)."""
+        if self._spy is not None:
+            self._spy.mark(batch)
+
     def cancel(self) -> None:
         """Stop the spy and forget the current step (it will be audited again later)."""
         spy, self._spy = self._spy, None
@@ -261,9 +266,9 @@ class SyncAuditor:
                 "blocking_ms_per_step": round(blocking_ms, 4) if accelerator else None,
                 "on_device": site.on_device,
                 "decided_by": ("the op read an accelerator tensor" if accelerator else
-                               "CPU run: the tensor derives from trainable parameters, so it would "
-                               "be on the accelerator (host-only tensors such as optimizer step "
-                               "counters and index tensors are left out)")}
+                               "CPU run: the tensor derives from trainable parameters or the "
+                               "batch, so it would be on the accelerator (host-only tensors such "
+                               "as optimizer step counters and index tensors are left out)")}
             if site.library:
                 libs = [{"location": where, "op": site.library_ops.get(where, site.op),
                          "calls_per_step": n / len(seen_at), "fix": known_fix(where)}

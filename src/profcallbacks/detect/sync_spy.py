@@ -6,10 +6,13 @@ use it for a few audit steps, never for a whole run or inside a traced step.
 
 What counts. On an accelerator, a candidate op counts when it reads an accelerator tensor. On a
 CPU-only run nothing syncs, so the spy reports what *would* sync once the model is on a device:
-calls on tensors derived from trainable parameters (``requires_grad`` leaves), followed op by op
-inside the dispatch mode (the loss, outputs, metrics computed from outputs, gradients, optimizer
-state). Host-side values never are: torch.optim's ``step`` counters (Adam, AdamW, ... unless
-``capturable``/``fused``), index tensors built for data loading, the DataLoader's seed.
+calls on tensors derived from trainable parameters (``requires_grad`` leaves) or from the
+batches the front end hands over (:meth:`SyncSpy.mark`: what ``prof.wrap`` yields, Lightning's
+batch), followed op by op inside the dispatch mode (the loss, outputs, metrics computed from
+outputs or labels, gradients, optimizer state). Host-side values never are: torch.optim's
+``step`` counters (Adam, AdamW, ... unless ``capturable``/``fused``), index tensors built for
+data loading, the DataLoader's own tensors (its seed, the collated batch before it is handed
+over).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any
@@ -192,6 +195,13 @@ class SyncSpy(TorchDispatchMode):
                     derived[item] = True
         return out
 
+    def mark(self, batch: Any) -> None:
+        """``batch`` (tensors in lists, tuples, dicts) is the step's input: on a CPU run what is
+        computed from it counts, as it would be on the accelerator (nothing on an accelerator)."""
+        if self._derived is not None:
+            for tensor in _tensors(batch):
+                self._derived[tensor] = True
+
     @property
     def derived_tensors(self) -> WeakIdKeyDictionary | None:
         """The tensors known to derive from trainable parameters (CPU run), to hand to the next
@@ -289,6 +299,19 @@ class SyncSpy(TorchDispatchMode):
                 spy._record(op, time.perf_counter() - start, sys._getframe(1))
 
         return spied
+
+
+def _tensors(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in ``value``: itself, or inside lists, tuples and mappings (4 levels deep)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth >= 4:
+        return []
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value[:1000] for t in _tensors(item, depth + 1)]
+    return []
 
 
 def _derives(args: tuple[Any, ...], derived: WeakIdKeyDictionary) -> bool:

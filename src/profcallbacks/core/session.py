@@ -96,6 +96,7 @@ class ProfilingSession:
         self._n = 0  # steps in the block so far
         self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
         self._first = start_step  # number of the block's first step
+        self._start_step = start_step
         self._block_captured = False
         self._block_after_pause = True
         self._block_start_ns = 0  # wall clock at the block's start, inside capture windows
@@ -313,7 +314,8 @@ class ProfilingSession:
         try:
             if self._auditing:
                 self._stop_audit(cancel=True)
-            self._finish_audit(self.step - 1)
+            if self.step > self._start_step:  # a run of no step has nothing to say
+                self._finish_audit(self.step - 1)
             self._captures.close(failed=failed)
             if self._memory is not None:
                 self._memory.close()

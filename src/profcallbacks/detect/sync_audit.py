@@ -176,6 +176,8 @@ class SyncAuditor:
             for where, n in site.library_sites.items():
                 mine.library_sites[where] = mine.library_sites.get(where, 0) + n
             mine.library_ops.update(site.library_ops)
+            mine.chain = mine.chain or site.chain
+            mine.implicit = mine.implicit or site.implicit
             self._seen_at.setdefault(key, []).append(step)
         self._audited.append(step)
         self._round.append(step)
@@ -264,7 +266,8 @@ class SyncAuditor:
                 "library": site.library, "audited_steps": list(self._audited),
                 "seen_at_steps": list(seen_at),
                 "blocking_ms_per_step": round(blocking_ms, 4) if accelerator else None,
-                "on_device": site.on_device,
+                "on_device": site.on_device, "call_chain": list(site.chain),
+                "implicit": site.implicit,
                 "decided_by": ("the op read an accelerator tensor" if accelerator else
                                "CPU run: the tensor derives from trainable parameters or the "
                                "batch, so it would be on the accelerator (host-only tensors such "
@@ -279,8 +282,11 @@ class SyncAuditor:
                 message = (f"host-device sync point inside {site.library}, reached from "
                            f"{site.location}: {when} {cost}: {inside}.")
             else:
-                message = (f"host-device sync point at {site.location}: {site.op} {when} {cost}; "
-                           "keep the value on the device, or read it every N steps.")
+                how = f" ({site.implicit}, called implicitly)" if site.implicit else ""
+                message = (f"host-device sync point at {site.location}: {site.op}{how} {when} "
+                           f"{cost}; keep the value on the device, or read it every N steps.")
+            if len(site.chain) > 1:
+                message = message[:-1] + f"; call chain: {' -> '.join(site.chain)}."
             found.append(Finding(SYNC_POINT, step, self.rank, "warning" if warn else "info",
                                  message, details))
         log.info("profcallbacks: sync audit of steps %s found %d new call sites (%d calls on "

@@ -50,6 +50,9 @@ _MASKED = {_aten.index.Tensor: "boolean mask indexing", _aten.index_put_.default
            "boolean mask assignment", _aten.index_put.default: "boolean mask assignment"}
 _COPIES = {_aten._to_copy.default, _aten.copy_.default}
 _METHODS = ("tolist", "numpy", "cpu")
+_IMPLICIT_METHODS = ("__format__", "__bool__", "__int__", "__float__", "__index__", "__array__")
+CHAIN_FRAMES = 4
+"""Most user frames in a sync site's call chain (the innermost ones)."""
 
 
 @dataclass
@@ -66,6 +69,10 @@ class SyncSite:
         on_device: Some call touched an accelerator tensor (a real host-device sync).
         library_sites: ``{library location: calls}`` for library sites.
         library_ops: ``{library location: op}``: what synchronises at each library site.
+        chain: The user's frames down to the sync, outermost first (``"main.py:368 train"``,
+            at most :data:`CHAIN_FRAMES`), then the implicit conversion if there is one.
+        implicit: The conversion Python called without a visible call (``"Tensor.__format__"``
+            for an f-string or ``str.format``, ``"Tensor.__bool__"`` for ``if tensor:``, ...).
     """
 
     location: str
@@ -76,6 +83,8 @@ class SyncSite:
     on_device: bool = False
     library_sites: dict[str, int] = field(default_factory=dict)
     library_ops: dict[str, str] = field(default_factory=dict)
+    chain: list[str] = field(default_factory=list)
+    implicit: str | None = None
 
 
 class _Frames:
@@ -236,6 +245,7 @@ class SyncSpy(TorchDispatchMode):
 
     def _record(self, op: str, seconds: float, frame: FrameType | None) -> None:
         library, library_at, user_at = None, None, None
+        implicit: str | None = None
         while frame is not None:
             kind = self._frames.kind(frame.f_code.co_filename)
             if kind is None:
@@ -243,14 +253,21 @@ class SyncSpy(TorchDispatchMode):
                 break
             if kind and library is None:
                 library, library_at = kind, frame
+            elif not kind and library is None and frame.f_code.co_name in _IMPLICIT_METHODS:
+                implicit = f"Tensor.{frame.f_code.co_name}"  # e.g. __format__ in torch/_tensor.py
             frame = frame.f_back
         if user_at is not None and library is None and op == "item":
             op = _scalar_op(user_at)
+        if user_at is not None and library is None and implicit is None:
+            implicit = _implicit(op, user_at)
         library_op = _scalar_op(library_at) if library_at is not None and op == "item" else op
         location = (f"{display_path(user_at.f_code.co_filename)}:{user_at.f_lineno}"
                     if user_at is not None else "<library>")
         site = self.sites.setdefault((location, op if library is None else "", library),
                                      SyncSite(location, op if library is None else "", library))
+        if not site.calls and user_at is not None:
+            site.chain = self._chain(user_at) + ([implicit] if implicit else [])
+            site.implicit = implicit
         site.calls += 1
         site.blocking_s += seconds
         site.on_device = site.on_device or self.accelerator
@@ -260,6 +277,23 @@ class SyncSpy(TorchDispatchMode):
             site.library_ops[where] = library_op
             if library_op not in site.op.split(", "):
                 site.op = f"{site.op}, {library_op}" if site.op else library_op
+
+    def _chain(self, frame: FrameType | None) -> list[str]:
+        """``file:line function`` of the user's frames from ``frame`` out, outermost first,
+        until a library called them (or :data:`CHAIN_FRAMES` of them)."""
+        chain: list[str] = []
+        while frame is not None and len(chain) < CHAIN_FRAMES:
+            code = frame.f_code
+            kind = self._frames.kind(code.co_filename)
+            if kind is None:
+                where = f"{display_path(code.co_filename)}:{frame.f_lineno}"
+                if chain and chain[-1].startswith(where + " "):  # a generator on the same line
+                    chain.pop()
+                chain.append(f"{where} {getattr(code, 'co_qualname', code.co_name)}")
+            elif kind:
+                break
+            frame = frame.f_back
+        return chain[::-1]
 
     def _patch(self) -> None:
         """Wrap methods that read tensor data without dispatching an op (on a CPU tensor)."""
@@ -333,6 +367,20 @@ def _on_device(args: tuple[Any, ...]) -> bool:
         if any(isinstance(a, torch.Tensor) and a.device.type not in ("cpu", "meta") for a in items):
             return True
     return False
+
+
+def _implicit(op: str, frame: FrameType) -> str | None:
+    """The conversion Python called for ``op`` on the user's line, when the line shows none."""
+    if op == "bool(tensor)":
+        return "Tensor.__bool__"
+    if op == "int(tensor)":
+        return "Tensor.__int__"
+    if op == "float(tensor)":
+        return "Tensor.__float__"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    if op == "item" and ".item(" not in line and ("[" in line or "range(" in line):
+        return "Tensor.__index__"  # a tensor used as an index or a count
+    return None
 
 
 def _scalar_op(frame: FrameType) -> str:

@@ -133,3 +133,18 @@ def test_an_audit_given_up_says_why(tmp_path):
     assert not status.details["ran"] and status.step == 2
     assert status.message == ("sync audit: cut short by pauses 10 times at step 2, given up "
                               "(step 2 was to be audited); step 99 was not audited either.")
+
+
+def test_legend_colours_are_distinct_per_kind(tmp_path):
+    from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, SYNC_POINT
+    from profcallbacks.report.html import render_html
+    from profcallbacks.report.plot import finding_colours
+
+    kinds = {CAPTURE_VERDICT, SYNC_POINT, SLOWDOWN_DIAGNOSIS, SYNC_AUDIT, "mine", "yours"}
+    colours = finding_colours(kinds)
+    assert len(set(colours.values())) == len(kinds)
+    train(tmp_path, 25)  # a sync_point and a sync_audit finding
+    html = render_html(build_report(locate_run(tmp_path)))
+    legend = html[html.index('<div class="legend">'):]
+    for kind in (SYNC_POINT, SYNC_AUDIT):
+        assert f'<i style="background:{colours[kind]}"></i>{kind}</span>' in legend

@@ -57,8 +57,9 @@ def test_steady_runs_and_a_slow_start_raise_no_early_alert(seed):
 
 
 def test_early_options_are_checked():
-    with pytest.raises(ValueError, match=r"early_ratio=1.1"):
-        SlowdownConfig(early_ratio=1.1)
+    with pytest.raises(ValueError, match=r"early_ratio=1.0"):
+        SlowdownConfig(early_ratio=1.0)
+    assert SlowdownConfig(threshold=3.0).early_ratio == 2.0  # threshold x applies then
     with pytest.raises(ValueError, match=r"early_steps=2"):
         SlowdownConfig(early_steps=2)
 
@@ -116,3 +117,46 @@ def test_a_co_tenant_making_steps_10x_slower_from_step_50_is_alerted_within_budg
     assert alert.details["ratio"] >= 4, alert.message
     slow_s = alert.details["slow_duration_s"]
     assert slow_s <= config.min_duration_s + 5.0 or alert_at - 50 <= 50, alert.message
+
+
+def test_the_headline_says_when_most_steps_were_far_slower_than_the_captured_ones(tmp_path):
+    """Short steps captured at steps 2-4, then 12 of 20 steps take 0.5 s more."""
+    from profcallbacks import Schedule
+    from profcallbacks.report import build_report, locate_run
+    from profcallbacks.report.html import render_html
+    from profcallbacks.report.text import render_text
+
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=0, active=3),
+                        log_every_n_steps=2, tensorboard_scalars=False, stall=None,
+                        watch_capture_file=False, sync_audit=False, memory=None,
+                        capture_on_slowdown=False, baseline_capture=False)
+    model = torch.nn.Linear(64, 64)
+    with prof:
+        for step in range(20):
+            model(torch.randn(32, 64)).sum().backward()
+            time.sleep(0.5 if step >= 8 else 0.0)
+            prof.step()
+    report = build_report(locate_run(tmp_path))
+    far = report["verdict"]["slower_than_captured"]
+    assert far["slow_steps"] >= 12 and far["steps"] >= 16 and far["ratio_low"] >= 3
+    line = report["verdict"]["evidence"][0]
+    assert line.startswith("most of the run's steps were far slower than the captured ones: ")
+    assert line in " ".join(render_text(report).split())
+    assert "this verdict describes the captured steps only" in render_html(report)
+
+
+def test_no_such_line_when_the_captured_steps_are_typical(tmp_path):
+    from profcallbacks import Schedule
+    from profcallbacks.report import build_report, locate_run
+
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=5, warmup=0, active=3),
+                        log_every_n_steps=10, tensorboard_scalars=False, stall=None,
+                        watch_capture_file=False, sync_audit=False, memory=None)
+    model = torch.nn.Linear(64, 64)
+    with prof:
+        for _ in range(60):
+            model(torch.randn(32, 64)).sum().backward()
+            time.sleep(0.002)
+            prof.step()
+    verdict = build_report(locate_run(tmp_path))["verdict"]
+    assert "slower_than_captured" not in verdict

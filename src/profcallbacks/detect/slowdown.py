@@ -351,7 +351,7 @@ class SlowdownDetector:
             early = self.config.early_steps
             if n == early:
                 ref = median(self._block)
-                ratio = float(self.config.early_ratio or 0.0)
+                ratio = max(float(self.config.early_ratio or 0.0), self._threshold)
                 self._early_ref, self._early_limit = ref, ratio * ref
                 self._early_cap = 2.0 * ratio * ref
                 self._set_references(ref)  # provisional: the first block may keep them

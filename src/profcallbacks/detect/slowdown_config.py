@@ -36,7 +36,8 @@ class SlowdownConfig:
         rebaseline_after_s: Seconds of step time it must last as well.
         capture_cooldown_steps: Fewest steps between two captures asked for by slowdown alerts.
         early_ratio: Before the first baseline block is complete, steps at least this many
-            times slower than the first ``early_steps`` steps after the warm-up, for
+            times (or ``threshold`` times, if more) slower than the first ``early_steps`` steps
+            after the warm-up, for
             ``min_steps`` steps and ``min_duration_s`` seconds, alert against those first steps
             (a speed that changes before a baseline forms); the first block then takes those
             steps as its baseline when it ends slower than ``threshold`` x them, so the typical
@@ -96,9 +97,8 @@ class SlowdownConfig:
         check_int(owner, "capture_cooldown_steps", self.capture_cooldown_steps, minimum=0,
                   example=500)
         if self.early_ratio is not None:
-            check_number(owner, "early_ratio", self.early_ratio, minimum=t, maximum=1000.0,
-                         fix=f"Use e.g. early_ratio={max(2.0, t)} (at least threshold={t}), or "
-                         "None (off).")
+            check_number(owner, "early_ratio", self.early_ratio, above=1.0, maximum=1000.0,
+                         fix="Use e.g. early_ratio=2.0 (a ratio of step times), or None (off).")
         check_int(owner, "early_steps", self.early_steps, minimum=5, maximum=100_000, example=20)
         if self.rebaseline_after_steps is not None:
             check_int(owner, "rebaseline_after_steps", self.rebaseline_after_steps, minimum=1,

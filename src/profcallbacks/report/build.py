@@ -15,6 +15,7 @@ from profcallbacks.report.analysis import (
     rank_verdicts,
     run_verdict,
 )
+from profcallbacks.report.coverage import slower_than_captured
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
@@ -130,6 +131,10 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
+    far = slower_than_captured(captures, intervals) if verdict is not None else None
+    if verdict is not None and far is not None:  # the verdict says what it describes
+        verdict = dict(verdict, evidence=[far["message"], *verdict["evidence"]],
+                       slower_than_captured=far)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from profcallbacks.core.faults import RecoveringAppender
+from profcallbacks.core.triggers import CaptureRequest
 
 log = logging.getLogger("profcallbacks")
 
@@ -44,8 +45,9 @@ class Finding:
         severity: ``"info"``, ``"warning"`` or ``"error"``.
         message: One human sentence, with advice where there is some.
         details: Numbers and names behind the message (JSON-serialisable).
-        capture: Trigger name of a capture the detector asks for with this finding (e.g.
-            ``"slowdown"``), or ``None``. Not part of the finding's data (``to_dict``).
+        capture: The capture the detector asks for with this finding (a ``CaptureRequest``:
+            its trigger, e.g. ``triggers.SLOWDOWN``, and what it needs), or ``None``. Not part
+            of the finding's data (``to_dict``).
 
     Example:
         >>> f = Finding("step_slowdown", step=120, rank=0, severity="warning", message="slow")
@@ -59,7 +61,7 @@ class Finding:
     severity: Severity
     message: str
     details: dict[str, Any] = field(default_factory=dict)
-    capture: str | None = field(default=None, compare=False, repr=False)
+    capture: CaptureRequest | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -83,6 +85,10 @@ class FindingsFile:
 
     def __call__(self, finding: Finding) -> None:
         self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
+
+    def move_to(self, path: Path) -> None:
+        """Write to ``path`` from now on (findings not yet written included)."""
+        self.path = self._out.path = path
 
     def close(self) -> None:
         """Write what is left; never raises."""

@@ -5,27 +5,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
-from profcallbacks.capture.export_helper import TraceExporter
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
+from profcallbacks.capture.capture_file import CaptureFileTrigger
+from profcallbacks.capture.exporter import TraceExporter
+from profcallbacks.capture.planner import CapturePlanner, Window
 from profcallbacks.capture.postprocess import CaptureInfo
-from profcallbacks.capture.schedule import Phase
-from profcallbacks.capture.triggers import CaptureFileTrigger
-from profcallbacks.capture.window import TraceCapture, wall_ns
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.signals import TerminationGuard, held_signals
+from profcallbacks.core.triggers import FILE, CaptureRequest
 from profcallbacks.findings import Finding
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.schedule import Phase
+from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 120.0
+"""Seconds the end of a run waits for its exports; a trace not written by then is published raw."""
+CLOSE_WAIT_FAILED_S = 10.0
+"""The same wait when the run ends with an error (and no rank waits for the others' files)."""
 MIN_AGREE_EVERY = 10  # steps between trigger agreements, at least (they are collectives)
 
 
@@ -41,8 +46,10 @@ class CaptureController:
         >>> controller.open(); controller.begin_step(0, now=0.0)       # doctest: +SKIP
     """
 
-    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo) -> None:
+    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
+                 analysis: str | None = None) -> None:
         self._config = config
+        self._analysis = analysis  # "module:function" run on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
@@ -57,6 +64,9 @@ class CaptureController:
         self._broken = False
         self._agreed_step = -1
         self._retired: Any | None = None  # the last exported profiler, freed between steps
+        self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
+        """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
+        self._guard = TerminationGuard(lambda: self.on_terminate())
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -103,7 +113,7 @@ class CaptureController:
         return self._capture is not None or (exporter is not None and exporter.busy
                                              and exporter.in_process)
 
-    def attention_step(self, step: int) -> int:
+    def boundary_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
         planner = self._planner
         if self._capture is not None or planner.window is not None or planner.has_pending:
@@ -114,6 +124,11 @@ class CaptureController:
             due = min(due, (step // agreement.every + 1) * agreement.every)
         return due
 
+    @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none, or exports on a thread)."""
+        return self._exporter.helper_pid if self._exporter is not None else None
+
     def take_findings(self) -> list[Finding]:
         """Findings the exporter made about published captures since the last call."""
         return self._exporter.take_findings() if self._exporter is not None else []
@@ -123,7 +138,8 @@ class CaptureController:
         if config.watch_capture_file and rank.rank == 0:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
-        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
+        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1),
+                                       analysis=self._analysis)
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))
@@ -132,12 +148,16 @@ class CaptureController:
             self._agreement.hold(early)
         self._tid = threading.get_native_id()
 
-    def request(self, active: int, trigger: str) -> None:
-        """A window of ``active`` recorded steps, from the next step (or agreement step) on."""
+    def request(self, request: CaptureRequest) -> None:
+        """A window of ``request.steps`` recorded steps (``None``: ``capture_steps``), from the
+        next step (or agreement step) on."""
+        if request.steps is None:
+            request = replace(request, steps=self._config.capture_steps)
         if self._agreement is not None and self._agreement.enabled:
-            self._agreement.hold(CaptureRequest(active, trigger))
+            self._agreement.hold(request)
         else:
-            self._planner.request(active, trigger)
+            self._planner.request(request.steps or 1, request.trigger,
+                                  profile_memory=request.profile_memory)
 
     def begin_step(self, step: int, now: float) -> None:
         """Take triggers into account and move the window to ``step``; never raises."""
@@ -157,14 +177,15 @@ class CaptureController:
         if trigger is not None and now >= trigger.next_poll:  # checked inline: every step
             requested = trigger.poll(now)
             if requested is not None:
-                self.request(requested or self._config.capture_steps, "file")
+                self.request(CaptureRequest(FILE, requested or None))
         agreement = self._agreement
         if (agreement is not None and step % agreement.every == 0 and agreement.enabled
                 and step != self._agreed_step):  # once per step, also across pause/resume
             self._agreed_step = step
             agreed = agreement.exchange()
             if agreed is not None:
-                self._planner.request(agreed.active, agreed.trigger)
+                self._planner.request(agreed.steps or 1, agreed.trigger,
+                                      profile_memory=agreed.profile_memory)
         phase = self._planner.phase_for(step)
         capture = self._capture
         if capture is None and phase is Phase.IDLE:
@@ -179,12 +200,14 @@ class CaptureController:
             if capture is None:
                 self.release_retired()  # inside a profiled step anyway
                 capture = self._capture = TraceCapture(_options(self._config, window), window)
+                self._guard.arm()
                 if self._exporter is not None and self._exporter.busy:
                     capture.overlaps_export = True  # its trace and the report say so
                     log.info("profcallbacks: capture %s starts while the previous capture is "
                              "still being exported; its trace is marked (export_overlap).",
                              window.dir_name())
-            capture.warm_up() if phase is Phase.WARMUP else capture.record()
+            with held_signals():  # never half started
+                capture.warm_up() if phase is Phase.WARMUP else capture.record()
         except Exception as exc:  # kineto refused (e.g. another profiler is running)
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
                         "capture is skipped.", step, exc)
@@ -200,7 +223,9 @@ class CaptureController:
         self._planner.captures_started += 1
         try:
             self._capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
-            self._capture.record()
+            self._guard.arm()
+            with held_signals():
+                self._capture.record()
         except Exception as exc:
             log.warning("profcallbacks: could not start the profiler for %s at step %d (%s); "
                         "this capture is skipped.", trigger, step, exc)
@@ -226,8 +251,11 @@ class CaptureController:
         self._between = None
         if capture is None:
             return
-        with deferred_sigint():  # Ctrl-C now would leave kineto half stopped and lose the trace
-            self._stop_and_submit(capture, partial=partial)
+        try:
+            with held_signals():  # a signal now would leave kineto half stopped, the trace lost
+                self._stop_and_submit(capture, partial=partial)
+        finally:
+            self._guard.disarm()
 
     def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
         try:
@@ -256,33 +284,13 @@ class CaptureController:
         finally:  # also after a Ctrl-C held during the stop: what was recorded is published
             self.release_retired()
             if self._exporter is not None:
-                self._exporter.close(timeout_s=10.0 if failed else 120.0, publish_timeout_s=(
-                    0.0 if failed else None))
-
-
-@contextlib.contextmanager
-def deferred_sigint() -> Iterator[None]:
-    """Hold SIGINT until the block is done, then raise ``KeyboardInterrupt`` (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    except ValueError:  # not the main interpreter
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
+                self._exporter.close(timeout_s=CLOSE_WAIT_FAILED_S if failed else CLOSE_WAIT_S,
+                                     publish_timeout_s=0.0 if failed else None)
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:
-    """A memory capture's trace records allocations too (the plugin's Memory view)."""
-    if window.trigger == "memory" and not config.trace.profile_memory:
+    """A window asked for with ``profile_memory`` records allocations too (the Memory view)."""
+    if window.profile_memory and not config.trace.profile_memory:
         return replace(config.trace, profile_memory=True)
     return config.trace
 

@@ -16,6 +16,7 @@ from profcallbacks.report.analysis import (
     run_verdict,
 )
 from profcallbacks.report.coverage import slower_than_captured
+from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
@@ -64,8 +65,11 @@ def locate_run(path: Path) -> RunFiles:
     return runs[0]
 
 
-def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
-    """Reads every file of ``run`` and returns the report (see docs/report-schema.md)."""
+def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
+    """Reads every file of ``run`` and returns the report (see docs/report-schema.md).
+
+    ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
+    """
     problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     findings = _read_findings(run, problems)
@@ -122,12 +126,16 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     for c in captures:
         pooled = capture_analysis(c["analyses"], sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
+        c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
+        c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
         c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         del c["analyses"]
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
     verdict = run_verdict(captures, sync_sites, context=context)
+    chosen = [c for c in captures if c["trigger"] not in UNHEALTHY_TRIGGERS] or captures
+    run_diagnoses = pool_diagnoses([(c["directory"], c["diagnoses"]) for c in chosen])
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
@@ -149,6 +157,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "ranks": ranks,
         "steps": step_stats(intervals),
         "verdict": verdict,
+        "diagnoses": run_diagnoses,
         "run_context": context.public(),
         "breakdown": breakdown(healthy or traces),
         "captures": captures,
@@ -159,6 +168,14 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }
+
+
+def _with_sites(diagnoses: list[dict[str, Any]], sync_sites: list[str]) -> list[dict[str, Any]]:
+    """The run's own sync findings name the user's line of a ``sync_in_step`` diagnosis."""
+    if not sync_sites:
+        return diagnoses
+    return [dict(d, where=", ".join(sync_sites[:3])) if d["kind"] == "sync_in_step" else d
+            for d in diagnoses]
 
 
 def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from profcallbacks.report.advice import without_advice
+from profcallbacks.report.expert_render import diagnoses_html
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_html
@@ -58,6 +59,7 @@ def render_html(report: dict[str, Any]) -> str:
              f"{_e(', '.join(map(str, report['ranks'])) or '-')} (world size {report['world_size']}) "
              f"&middot; {_e(report['generator'])}</p>"]
     parts.append(_verdict_panel(report))
+    parts.append(diagnoses_html(report.get("diagnoses"), report.get("captures")))
     parts.append("<h2>Step time over the run</h2>" + step_time_svg(report))
     if steps:
         parts.append(f"<p id=step-stats>Steps {steps['first_step']}-{steps['last_step']} "

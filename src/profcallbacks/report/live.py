@@ -11,13 +11,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.advice import run_context
-from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
+from profcallbacks.report.analysis import analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES
-from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide, label
 
@@ -37,7 +39,10 @@ def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None
     steps = max(len(summary.steps), 1)
     context = run_context([summary.format], names=summary.cpu_ops,
                           world_size=info.rank.world_size)
+    expert = trace_expert(trace.traceEvents, trace.deviceProperties)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
+            "diagnoses": fit_to_run(expert["diagnoses"], context),
+            "throughput": expert["throughput"],
             "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
@@ -73,13 +78,17 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     findings = []
     verdict = profile["verdict"]
     if verdict is not None:
+        leading = profile["diagnoses"][:TOP_LIVE]
+        first = (f" Top diagnosis: {leading[0]['kind']}, up to {leading[0]['gain_ms']:.2f} ms per "
+                 f"step: {leading[0]['fix'][0]}" if leading else "")
         findings.append(Finding(
             CAPTURE_VERDICT, step, info.rank.rank, "info",
             f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
-            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
-            {"capture": info.name, **verdict}))
+            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
+            {"capture": info.name, **verdict, "diagnoses": leading,
+             "throughput": profile["throughput"]}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
-    if info.trigger == "slowdown" and healthy and profile["metrics"]:
+    if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
         before = healthy[-1]
         changes = diagnose(before, profile)
         if changes:

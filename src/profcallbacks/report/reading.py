@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import logging
@@ -12,8 +11,7 @@ import stat
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -71,24 +69,6 @@ class Progress:
         if self._stream is not None and self._last:
             self._stream.write("\r" + " " * 90 + "\r")
             self._stream.flush()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pauses the cyclic garbage collector while building a large acyclic tree.
-
-    Parsing a trace allocates millions of dicts and lists; each allocation burst triggers a
-    collection that walks every object made so far. Pausing it made parsing plus summarising
-    a 24 MB trace about 3x faster here (json 3.6 s -> 0.9 s, orjson 2.2 s -> 0.7 s). Parsed
-    JSON holds no reference cycles, so nothing is left for the collector afterwards.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def progress_stream(size: int) -> TextIO | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.fmt import steps as _steps
@@ -32,7 +33,8 @@ def render_text(report: dict[str, Any]) -> str:
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
-    out = _verdict_lines(report.get("verdict"), "Verdict", read) + out
+    out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
+        report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
     if report.get("foreign"):
         out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
                 "follows is read from the traces alone", ""]
@@ -126,6 +128,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
                 out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
                            f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
                            f", comm overlap {_pct(overlap)}")
+        line = throughput_text(c.get("throughput"))
+        if line:
+            out.append(f"  {c['directory']}: {line}")
         if c.get("ranks_differ"):
             out.append(f"  {c['directory']}: ranks differ: {c['ranks_differ']}")
         bd = c.get("breakdown")

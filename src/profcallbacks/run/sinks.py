@@ -21,23 +21,26 @@ log = logging.getLogger(__name__)
 
 MetricsSink = Callable[[dict[str, float], int], None]
 """Receives ``{"profcallbacks/step_time_ms": ...}`` and the step number."""
+TENSORBOARD_BATCH_S = 5.0
+"""Seconds between two writes of buffered TensorBoard scalars (findings are written at once)."""
 
 
 class TensorBoardWriter:
     """Scalars and findings as TensorBoard data, next to the run's own scalars.
 
     Events are encoded here and appended to one ``events.out.tfevents.*`` file at most every
-    ``batch_s`` seconds (findings at once), on the calling thread: no writer thread competes with
-    training for the GIL or prints a traceback when the disk fills up. A write that fails (disk
+    ``batch_s`` seconds (default :data:`TENSORBOARD_BATCH_S`; findings at once), on the calling
+    thread: no writer thread competes with training for the GIL or prints a traceback when the
+    disk fills up. A write that fails (disk
     full, read-only) is undone, warned about once and retried (:class:`RecoveringAppender`).
     Without ``tensorboard`` installed this sink says so once and turns itself off.
     """
 
-    def __init__(self, logdir: Path, *, batch_s: float = 5.0) -> None:
+    def __init__(self, logdir: Path, *, batch_s: float | None = None) -> None:
         self._logdir = logdir
         self._file: RecoveringAppender | None = None
         self._disabled = False
-        self._batch_s = batch_s
+        self._batch_s = TENSORBOARD_BATCH_S if batch_s is None else batch_s
         self._buffer: list[tuple[dict[str, float], int]] = []
         self._next_write = 0.0
 
@@ -60,7 +63,7 @@ class TensorBoardWriter:
             self._file.flush(force=True)
         return self._file
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
+    def write_scalars(self, values: dict[str, float], step: int) -> None:
         self._buffer.append((values, step))
         now = time.monotonic()
         if now >= self._next_write:
@@ -165,6 +168,10 @@ class StepsFile:
             self._out.append(b"".join([_steps_line(*row) for row in rows]), flush=False)
         self._out.flush()
 
+    def move_to(self, path: Path) -> None:
+        """Write to ``path`` from now on (lines not yet written included)."""
+        self.path = self._out.path = path
+
     def close(self) -> None:
         self.flush()
         self._out.close()
@@ -203,8 +210,12 @@ class SummaryPublisher:
                  tensorboard: TensorBoardWriter | None, steps_file: StepsFile | None) -> None:
         self._prefix = prefix
         self._rank = rank
-        self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
+        self._sinks = list(sinks) + ([tensorboard.write_scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
+
+    @property
+    def steps_file(self) -> StepsFile | None:
+        return self._steps_file
 
     def publish(self, summary: IntervalSummary, extra: dict[str, float],
                 fields: dict[str, float] | None = None) -> None:

@@ -3,10 +3,12 @@
 The training process stops the profiler and lets kineto save its raw trace (what torch's own
 ``on_trace_ready`` export costs too), then hands the file to a helper process, started on the
 start of the run (on ranks that write traces), at the lowest CPU priority. There
-:class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
+:class:`~profcallbacks.capture.trace_writer.CaptureWriter` parses, post-processes, gzips and publishes
 it without holding the training process's GIL. The helper
 reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
-the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles.
+the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles;
+results come back on a pipe of their own (not stdout, where a site's ``sitecustomize`` banner
+or a library's print would land), and the helper's stdout and stderr are the job's.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.export import (
+from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.trace_writer import (
     CaptureWriter,
     load_hook,
     new_raw_trace_path,
     remove_raw,
     rescue_raw,
 )
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 
@@ -44,7 +46,7 @@ Message = tuple[Any, ...]
 
 _BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
          "sys.modules['profcallbacks'] = m; "  # this very package, wherever the child's sys.path points
-         "from profcallbacks.capture.export_helper import main; main()")
+         "from profcallbacks.capture.exporter import main; main()")
 
 
 class TraceExporter:
@@ -63,9 +65,10 @@ class TraceExporter:
         ['step000000-manual']
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
+                 analysis: str | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -84,6 +87,11 @@ class TraceExporter:
     def in_process(self) -> bool:
         """Exports run on a thread of this process (no helper process could be started)."""
         return self._channel is not None and self._channel.in_process
+
+    @property
+    def helper_pid(self) -> int | None:
+        """Process id of the helper while it runs (``None``: not started, gone, or a thread)."""
+        return self._channel.pid if self._channel is not None else None
 
     def prepare(self) -> None:
         """Start the helper now (a window begins), not when its first export is due.
@@ -188,18 +196,32 @@ class _Channel:
         self._process: subprocess.Popen[bytes] | None = None
         self._inbox: list[Message] = []
         self._ready = threading.Condition()
+        self._results: IO[bytes] | None = None
 
     def start_process(self) -> None:
         package = str(Path(__file__).resolve().parent.parent)
-        self._process = subprocess.Popen(  # its own session: Ctrl-C stops training, not it
-            [sys.executable, "-c", _BOOT, package], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, close_fds=True, start_new_session=True)
+        results, child_end = os.pipe()  # the helper's results only: its stdout is the job's
+        try:
+            self._process = subprocess.Popen(  # its own session: Ctrl-C stops training, not it
+                [sys.executable, "-c", _BOOT, package, str(child_end)], stdin=subprocess.PIPE,
+                pass_fds=(child_end,), close_fds=True, start_new_session=True)
+        except BaseException:
+            os.close(results)
+            raise
+        finally:
+            os.close(child_end)
+        self._results = os.fdopen(results, "rb")
         threading.Thread(target=self._read, name="profcallbacks-export-reader",
                          daemon=True).start()
 
     @property
     def in_process(self) -> bool:
         return self._process is None
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     @property
     def gone(self) -> bool:
@@ -230,16 +252,24 @@ class _Channel:
                 self._process.wait(5.0)
             except subprocess.TimeoutExpired:
                 self.kill()
+            self._close_pipes()
         return done
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        """Close the job pipe; the results pipe is closed by its reader thread when it ends."""
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
 
     def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        out = self._process.stdout
+        assert self._results is not None
+        out = self._results
         try:
             while True:
                 message = pickle.load(out)
@@ -249,6 +279,8 @@ class _Channel:
         except (EOFError, OSError, pickle.UnpicklingError):
             pass
         finally:
+            with contextlib.suppress(OSError):
+                out.close()
             self._done.set()
 
     def _receive_here(self) -> Message | None:
@@ -283,6 +315,7 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     The live capture analysis is imported at the first export, not at start-up.
     """
     writer: CaptureWriter | None = None
+    analysis: str | None = None
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -294,11 +327,12 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
+            analysis = message[4]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
                                    publish_timeout_s=message[3])
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
-                writer.on_published = load_hook()
+                writer.on_published = load_hook(analysis)
             info: CaptureInfo = message[2]
             writer.export(Path(message[1]), info)
             report("done", info.name)
@@ -323,12 +357,11 @@ class _LogForwarder(logging.Handler):
 
 
 def main() -> None:
-    """Entry point of the helper process (stdin: jobs, stdout: results)."""
+    """Entry point of the helper process (stdin: jobs; results on the pipe named by argv[2])."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)  # idle CPU only: on a busy machine training keeps the cores it had
     source: IO[bytes] = sys.stdin.buffer
-    sink: IO[bytes] = sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing else may write to the result pipe
+    sink: IO[bytes] = os.fdopen(int(sys.argv[2]), "wb")
 
     def receive() -> Message | None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (
     UnsafeEntryError,
@@ -37,7 +39,6 @@ from profcallbacks.core.safefs import (
 )
 from profcallbacks.findings import Finding
 from profcallbacks.layout import CAPTURE_DIR, STAGING_DIR, numbered_capture_dir, trace_file_name
-from profcallbacks.report.reading import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ _READY = ".ready"
 
 CaptureHook = Callable[[Path, CaptureInfo, list[Any]], list[Finding]]
 """Called after a capture is published with its trace file, its info and the run's history: a
-list the hook keeps for itself (``report.live.capture_findings`` appends a profile of each
-capture, so a slowdown capture is compared with an earlier healthy one)."""
+list the hook keeps for itself (the session's live analysis appends a profile of each capture,
+so a slowdown capture is compared with an earlier healthy one)."""
 
 
 GZIP_LEVEL = 1
@@ -255,13 +256,16 @@ def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
     return final
 
 
-def load_hook() -> CaptureHook | None:
-    """The live capture analysis, where installed (``profcallbacks.report.live``)."""
+def load_hook(spec: str | None) -> CaptureHook | None:
+    """The capture analysis named ``spec`` (``"module:function"``, given by whoever starts the
+    exporter), where installed; ``None`` for none."""
+    if spec is None:
+        return None
+    module, _, name = spec.partition(":")
     try:
-        from profcallbacks.report import live
+        hook: Any = getattr(importlib.import_module(module), name, None)
     except ImportError:
         return None
-    hook: Any = getattr(live, "capture_findings", None)
     return hook
 
 

@@ -97,12 +97,20 @@ def test_report_of_a_run_without_memory_numbers_has_no_memory_section(tmp_path):
     assert report["memory"] is None and "Memory (" not in render_text(report)
 
 
-def test_memory_off_writes_no_memory_fields(tmp_path):
-    prof = StepProfiler(tmp_path, memory=None, log_every_n_steps=5, **QUIET)
-    with prof:
+def steps_rows(logdir, memory):
+    with StepProfiler(logdir, memory=memory, log_every_n_steps=5, **QUIET) as prof:
         for _ in range(10):
             prof.step()
-    rows = [json.loads(line) for line in steps_file(tmp_path, 0).read_text().splitlines()]
+    return [json.loads(line) for line in steps_file(logdir, 0).read_text().splitlines()]
+
+
+def test_memory_off_writes_no_memory_fields(tmp_path):
+    """The same run with memory numbers on writes them in every row: off, no row has any."""
+    with_memory = steps_rows(tmp_path / "on", MemoryConfig(sample_every_s=0))
+    rows = steps_rows(tmp_path / "off", None)
+    assert with_memory and all(row.get("process_rss_mb", 0) > 0 for row in with_memory)
+    memory_fields = {key for row in with_memory for key in row} - {key for row in rows for key in row}
+    assert "process_rss_mb" in memory_fields
     assert rows and not any("process_rss_mb" in row for row in rows)
 
 

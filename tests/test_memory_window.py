@@ -128,7 +128,7 @@ REAL_LOOPS = {
     "0.5 ms": (5e-4, 2000, 20, MemoryConfig(sample_every_s=0.05, warmup_steps=100,
                                             window_steps=40, window_s=0.5)),
     "5 ms": (5e-3, 1000, 5, MemoryConfig(sample_every_s=0.25, warmup_steps=50,
-                                         window_steps=40, window_s=2.5)),
+                                         window_steps=40, window_s=2.5, min_growth_mb=8.0)),
     "50 ms": (0.05, 150, 1, MemoryConfig(sample_every_s=0.5, warmup_steps=10, window_steps=20,
                                          window_s=5.0, min_growth_mb=8.0)),
 }

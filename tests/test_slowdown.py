@@ -164,7 +164,11 @@ def test_a_lasting_speed_up_becomes_the_baseline_and_the_old_speed_then_alerts()
 
 
 def test_warmup_steps_stay_out_of_the_baseline():
-    findings, det, _ = feed([10.0] * 20 + [1.0] * 3000, spike_every=0)
+    """150 warm-up steps at 3x, then the run's speed: the first baseline (one block of 100 steps)
+    is taken after the warm-up; with the warm-up counted it would be 2x too slow."""
+    config = SlowdownConfig(warmup_steps=150, baseline_steps=100, baseline_block_s=0,
+                            baseline_blocks=1)
+    findings, det, _ = feed([3.0] * 150 + [1.0] * 100, spike_every=0, config=config)
     assert findings == [] and det.baseline_s == pytest.approx(BASE_S, rel=0.03)
 
 
@@ -172,6 +176,23 @@ def test_short_bursts_and_slow_captured_or_post_pause_steps_never_alert():
     # every 100 steps: 5 captured steps 4x slower, and a slow step after an eval pause
     levels = [4.0 if i % 100 < 6 else 1.0 for i in range(3000)]
     findings, _, _ = feed(levels, captured=lambda i: i % 100 < 5, after_pause=lambda i: i % 100 == 5)
+    assert findings == []
+
+
+def in_long_windows(i):
+    return 1000 <= i % 2000 < 1800  # 800 steps of 4x: 32 s, far past min_duration_s
+
+
+def after_pauses_from_3000(i):
+    return i >= 3000 and i % 4 != 0  # three steps in four follow a pause (and run 4x slower)
+
+
+@pytest.mark.parametrize("flag", ["captured", "after_pause"])
+def test_long_slow_stretches_of_captured_or_post_pause_steps_never_alert(flag):
+    """Enough slow steps to alert many times over, were they counted (a healthy run before)."""
+    marked = in_long_windows if flag == "captured" else after_pauses_from_3000
+    levels = [4.0 if marked(i) else 1.0 for i in range(6000)]
+    findings, _, _ = feed(levels, spike_every=0, **{flag: marked})
     assert findings == []
 
 

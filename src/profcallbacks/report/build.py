@@ -16,6 +16,7 @@ from profcallbacks.report.analysis import (
     run_verdict,
 )
 from profcallbacks.report.compile import compile_diagnoses, compile_report
+from profcallbacks.report.coverage import slower_than_captured
 from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
@@ -149,6 +150,10 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
+    far = slower_than_captured(latest, intervals) if verdict is not None else None
+    if verdict is not None and far is not None:  # the verdict says what it describes
+        verdict = dict(verdict, evidence=[far["message"], *verdict["evidence"]],
+                       slower_than_captured=far)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])

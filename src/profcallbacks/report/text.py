@@ -9,6 +9,7 @@ from profcallbacks.report.compile import compile_text
 from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
+from profcallbacks.report.fmt import steps as _steps
 from profcallbacks.report.memory import memory_text
 from profcallbacks.report.safe import visible
 from profcallbacks.report.verdict import SHARE_OF
@@ -208,8 +209,9 @@ def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
         return out + ["  none", ""]
     for g in groups:
         ranks = ", ".join(str(r) for r in g["ranks"])
-        out.append(f"  {g['kind']} ({g['severity']}): {g['count']} finding(s), steps "
-                   f"{g['first_step']}-{g['last_step']}, rank(s) {ranks}")
+        out.append(f"  {g['kind']} ({g['severity']}): {g['count']} finding(s), "
+                   f"{_steps(g['first_step'], g['last_step'])}, "
+                   f"rank(s) {ranks}")
         for message in g["messages"]:
             out += textwrap.wrap(message, 100, initial_indent="    - ", subsequent_indent="      ")
         if g.get("advice_in_verdict"):

@@ -80,6 +80,7 @@ class ProfilingSession:
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
+        self._audit = next((p for p in self._participants if isinstance(p, StepAudit)), None)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
         steps, min_s = config.summary_every
@@ -97,6 +98,7 @@ class ProfilingSession:
         self._n = 0  # steps in the block so far
         self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
         self._first = start_step  # number of the block's first step
+        self._start_step = start_step
         self._block_captured = False
         self._block_after_pause = True
         self._block_len = 1  # the first block is one step: then the step rate is known
@@ -301,6 +303,24 @@ class ProfilingSession:
         self._waits[self._n + 1] += (self._clock()
                                      - (began if began > self._wait_from else self._wait_from))
 
+    @property
+    def auditing(self) -> bool:
+        """The sync audit watches the current step."""
+        audit = self._audit
+        return audit is not None and audit.auditing
+
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the current step's input: while the sync audit watches the step, what
+        is computed from it counts as a device value on a CPU run (it would be on the device)."""
+        audit = self._audit
+        mark = (getattr(audit.auditor, "mark_batch", None)
+                if audit is not None and audit.auditing else None)
+        if mark is not None:
+            try:
+                mark(batch)
+            except Exception as exc:  # the audit never stops training
+                log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
+
     def batch_done(self) -> None:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
         self._wait_from = self._clock()
@@ -390,6 +410,8 @@ class ProfilingSession:
         try:
             for participant in reversed(self._participants):
                 participant.close(failed=failed)
+            if self._audit is not None and self.step > self._start_step:
+                self._audit.finish(self.step - 1)  # a round cut short, or a check that did not run
             self._emit_taken_findings()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:

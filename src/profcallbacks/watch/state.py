@@ -13,7 +13,7 @@ from typing import Any
 
 from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
-from profcallbacks.findings import CAPTURE_VERDICT
+from profcallbacks.findings import CAPTURE_VERDICT, SYNC_AUDIT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
 from profcallbacks.watch.tail import JsonlTail
 from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
@@ -118,6 +118,7 @@ class LogdirState:
         self.bad_lines = 0
         self._tails: dict[Path, tuple[JsonlTail, int, str]] = {}
         self._verdicts: dict[str, dict[str, Any]] = {}
+        self.checks: dict[int, str] = {}  # per rank: what the sync audit last said it did
 
     @property
     def exists(self) -> bool:
@@ -252,6 +253,8 @@ class LogdirState:
         rank = row.get("rank")
         if isinstance(rank, int):
             self._findings_per_rank[rank] = self._findings_per_rank.get(rank, 0) + 1
+        if row.get("kind") == SYNC_AUDIT and isinstance(rank, int):
+            self.checks[rank] = str(row.get("message", ""))
         if row.get("kind") == CAPTURE_VERDICT:
             found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
             if found is not None:

@@ -62,6 +62,8 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
     parts: list[RenderableType] = [header]
     if state.note:
         parts.append(Text(state.note, style="yellow"))
+    if state.checks:  # which checks ran and when (the first rank's word for all)
+        parts.append(Text(f"checks: {state.checks[min(state.checks)]}", style="dim"))
     parts.append(_ranks_table(state, max_rank_rows))
     parts.append(_captures_table(state, max_captures))
     parts.append(_findings_table(state, max_findings))

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from helpers import captured_steps, load_trace, tiny_model, train_step, trace_files
+from helpers import captured_steps, load_trace, tiny_model, trace_files, train_step
 from profcallbacks import Schedule, StepProfiler
 
 SCHEDULE = Schedule(skip_first=1, warmup=0, active=2, repeat=1)

@@ -78,12 +78,14 @@ class FindingsFile:
     later, with one warning per episode of failures (:class:`RecoveringAppender`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = path
         self._out = RecoveringAppender(path, "findings")
+        self._run = {"run": run_id} if run_id else {}
 
     def __call__(self, finding: Finding) -> None:
-        self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
+        row = finding.to_dict() | self._run  # "run": which run of the log directory found it
+        self._out.append((json.dumps(row, default=str) + "\n").encode())
 
     def move_to(self, path: Path) -> None:
         """Write to ``path`` from now on (findings not yet written included)."""

@@ -329,14 +329,18 @@ def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
 
 
 def published_dir(logdir: Path, name: str, file: str) -> Path:
-    """The directory of capture ``name`` that holds ``file`` (``name``, ``name-2`` ...)."""
-    number = 1
+    """The directory of capture ``name`` that holds ``file`` (``name``, ``name-2`` ...).
+
+    The last one that holds it: a run restarted into the same log directory writes a file of the
+    same name into ``name-2``, and the earlier run's ``name`` must not be taken for it.
+    """
+    number, found = 1, None
     while True:
         final = logdir / numbered_capture_dir(name, number)
         if _lstat(final) is None:
-            return final if number == 1 else logdir / name
+            return found or logdir / name
         if file and is_own(final, kind="dir") and _lstat(final / file) is not None:
-            return final
+            found = final
         number += 1
 
 

@@ -34,13 +34,22 @@ def render_text(report: dict[str, Any]) -> str:
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
     out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
         report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
+    earlier = report.get("earlier_runs") or []
+    if earlier:
+        runs = "; ".join(
+            f"run {r['run']}: steps {r['first_step']}-{r['last_step']}, {r['findings']} finding(s)"
+            + (f", captures {', '.join(r['captures'])}" if r["captures"] else "") for r in earlier)
+        out += textwrap.wrap(f"This log directory holds the files of {len(earlier) + 1} runs (a "
+                             f"restart into it): {runs}. What follows is run {len(earlier) + 1}, "
+                             "the latest; the earlier runs' steps and findings are not merged "
+                             "into it.", 100) + [""]
     if report.get("foreign"):
         out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
                 "follows is read from the traces alone", ""]
     else:
         out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"], bool(report.get("foreign")))
-    out += _captures_section(report["captures"])
+    out += _captures_section(report["captures"], earlier)
     out += _operators_section(report["top_operators"], read)
     out += memory_text(report.get("memory"))
     out += _findings_section(report["findings_by_kind"])
@@ -102,7 +111,9 @@ def _breakdown_section(bd: dict[str, Any] | None, foreign: bool = False) -> list
     return out + [""]
 
 
-def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
+def _captures_section(captures: list[dict[str, Any]],
+                      report_runs: list[dict[str, Any]] | None = None) -> list[str]:
+    report_runs = report_runs or []
     out = ["Captures"]
     if not captures:
         return out + ["  none", ""]
@@ -111,7 +122,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
         kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
+        earlier_run = c.get("run") not in (None, len(report_runs) + 1)
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
+                     + (f" (run {c['run']})" if earlier_run else "")
                      + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
     for c in captures:

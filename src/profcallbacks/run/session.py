@@ -21,7 +21,7 @@ from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.defaults import default_auditor, default_detectors
@@ -222,7 +222,8 @@ class ProfilingSession:
 
     def _open(self) -> None:
         rank = self.rank.rank
-        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self.run_id = new_run_id()
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank), self.run_id)
         self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
@@ -231,7 +232,8 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank),
+                                                                run_id=self.run_id))
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
             self._step_clock = self._device_step_clock

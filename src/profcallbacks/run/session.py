@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
 from pathlib import Path
@@ -247,7 +248,7 @@ class ProfilingSession:
 
     def _watch_compile(self) -> None:
         """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``)."""
-        watcher = CompileWatcher(rank=self.rank.rank, step_now=self._step_now)
+        watcher = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
         try:
             if watcher.install():
                 self._compile = watcher
@@ -255,7 +256,7 @@ class ProfilingSession:
             watcher.uninstall()
             log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.",
                         exc)
-            self._compile = CompileWatcher(rank=self.rank.rank, step_now=self._step_now)
+            self._compile = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
 
     def _step_now(self) -> int | None:
         """The step in progress, ``None`` between steps (what a compile is attributed to)."""
@@ -600,6 +601,18 @@ class ProfilingSession:
                 self._device_timer = None
                 self._step_clock = self._clock
         return values
+
+
+def _weak_step_now(session: ProfilingSession) -> Callable[[], int | None]:
+    """``session._step_now`` without keeping the session alive (torch's compile callbacks are
+    global: a session abandoned open must still be collected and close itself)."""
+    ref = weakref.WeakMethod(session._step_now)
+
+    def step_now() -> int | None:
+        method = ref()
+        return method() if method is not None else None
+
+    return step_now
 
 
 PATH_MARGIN = 256

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from profcallbacks._version import __version__
 
 if TYPE_CHECKING:
+    from profcallbacks.capture.byte_budget import ByteBudget
     from profcallbacks.capture.options import TraceOptions
     from profcallbacks.capture.schedule import Phase, Schedule
     from profcallbacks.config import ProfilerConfig
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from profcallbacks.loop import StepProfiler
 
 _WHERE = {
+    "ByteBudget": "profcallbacks.capture.byte_budget",
     "Finding": "profcallbacks.findings",
     "MemoryConfig": "profcallbacks.detect.memory",
     "Phase": "profcallbacks.capture.schedule",
@@ -42,6 +44,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "ByteBudget",
     "Finding",
     "MemoryConfig",
     "Phase",

@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from typing_extensions import override
 
+from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import check_capture_steps
 from profcallbacks.capture.schedule import Schedule
@@ -67,6 +68,7 @@ class ProfilerCallback(TrainerCallback):
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
+                 budget: ByteBudget | None = ByteBudget(),
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)

@@ -19,6 +19,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
         f"profcallbacks.lightning needs Lightning ({exc.name} is missing): "
         "pip install 'profcallbacks[lightning]'") from exc
 
+from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import check_capture_steps
 from profcallbacks.capture.schedule import Schedule
@@ -70,6 +71,7 @@ class ProfilerCallback(Callback):
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
+                 budget: ByteBudget | None = ByteBudget(),
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None

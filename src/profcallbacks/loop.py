@@ -12,6 +12,7 @@ from typing import TypeVar
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
+from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.schedule import Schedule
 from profcallbacks.config import ProfilerConfig
@@ -52,6 +53,8 @@ class StepProfiler:
             short capture of the lines that keep the memory (``None``: off).
         baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
             when no capture was taken yet, so a later slowdown capture can be explained.
+        budget: Bytes each capture and the log directory may take, and the merged trace
+            of all ranks (``None``: unbounded); see docs/traces.md.
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -72,6 +75,7 @@ class StepProfiler:
                  sync_audit: bool | SyncAuditConfig = True,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
+                 budget: ByteBudget | None = ByteBudget(),
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()

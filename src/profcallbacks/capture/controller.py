@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
+from profcallbacks.capture.budget import CaptureBudget
 from profcallbacks.capture.export_helper import TraceExporter
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
@@ -23,6 +24,7 @@ from profcallbacks.capture.window import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.findings import Finding
+from profcallbacks.layout import trace_file_name
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ class CaptureController:
         self._broken = False
         self._agreed_step = -1
         self._retired: Any | None = None  # the last exported profiler, freed between steps
+        budget = config.budget.capture_bytes if config.budget is not None else None
+        self._budget = CaptureBudget(budget, logdir) if budget is not None else None
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -100,8 +104,9 @@ class CaptureController:
         and a slow export on a busy machine must not blind the detectors for its whole duration.
         """
         exporter = self._exporter
-        return self._capture is not None or (exporter is not None and exporter.busy
-                                             and exporter.in_process)
+        return (self._capture is not None or (exporter is not None and exporter.busy
+                                              and exporter.in_process)
+                or (self._budget is not None and self._budget.probing))
 
     def attention_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
@@ -123,7 +128,8 @@ class CaptureController:
         if config.watch_capture_file and rank.rank == 0:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
-        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1))
+        self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1),
+                                       budget=config.budget)
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))
@@ -178,7 +184,16 @@ class CaptureController:
         try:
             if capture is None:
                 self.release_retired()  # inside a profiled step anyway
-                capture = self._capture = TraceCapture(_options(self._config, window), window)
+                options = _options(self._config, window)
+                if self._budget is not None:
+                    self._budget.published(self.captures)
+                    planned = self._budget.before_window(window, options,
+                                                         warmup=phase is Phase.WARMUP)
+                    if planned is None:
+                        return  # a size probe records this step
+                    window, options = planned
+                    self._planner.shorten(window)
+                capture = self._capture = TraceCapture(options, window)
                 if self._exporter is not None and self._exporter.busy:
                     capture.overlaps_export = True  # its trace and the report say so
                     log.info("profcallbacks: capture %s starts while the previous capture is "
@@ -242,13 +257,19 @@ class CaptureController:
                            trigger=window.trigger, first_step=window.first_active,
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
                            tid=self._tid, rank=self._rank, backend=_backend(),
-                           export_overlap=capture.overlaps_export)
-        self._exporter.submit(profiler, info)
+                           export_overlap=capture.overlaps_export,
+                           budget=self._budget.metadata(window) if self._budget else None)
+        raw_bytes = self._exporter.submit(profiler, info)
+        if self._budget is not None:
+            self._budget.recorded(info.name, trace_file_name(self._rank.worker, info.first_step),
+                                  capture.options, steps=len(capture.spans), raw_bytes=raw_bytes)
         self.release_retired()
         self._retired = profiler
 
     def close(self, *, failed: bool) -> None:
         """Export a window still open as partial, then wait for the exports to finish."""
+        if self._budget is not None:
+            self._budget.close()
         try:
             self.finish(partial=True)
         except Exception as exc:  # e.g. the export thread cannot start: the run still ends

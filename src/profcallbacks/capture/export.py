@@ -20,10 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
-from profcallbacks.layout import STAGING_DIR, numbered_capture_dir, trace_file_name
+from profcallbacks.layout import (
+    STAGING_DIR,
+    numbered_capture_dir,
+    parse_capture_dir,
+    trace_file_name,
+)
 from profcallbacks.report.reading import gc_paused
 
 log = logging.getLogger(__name__)
@@ -98,10 +104,12 @@ class CaptureWriter:
             a capture directory with what is there.
         on_published: Called with each published trace file (e.g. live verdicts); its findings
             travel back to the training thread.
+        budget: The byte budget: the process that publishes a capture merges its ranks' traces
+            and keeps the log directory within its bytes (``published.AfterPublish``).
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 on_published: CaptureHook | None = None) -> None:
+                 on_published: CaptureHook | None = None, budget: ByteBudget | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
@@ -113,6 +121,11 @@ class CaptureWriter:
         self.exported: list[Path] = []
         self.findings: list[Finding] = []
         self.failures = 0
+        self._after_publish: Any = None
+        if budget is not None:
+            from profcallbacks.capture.published import AfterPublish  # merge: helper side only
+
+            self._after_publish = AfterPublish(logdir, budget)
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -180,6 +193,10 @@ class CaptureWriter:
         if final is None:
             return  # another rank is publishing (or just has)
         self._published(name, final)
+        if self._after_publish is not None:
+            parsed = parse_capture_dir(final.name)
+            self._after_publish(final, parsed[1] if parsed else "",
+                                [p.name[: -len(_READY)] for p in ready])
         if force and len(ready) < self._tracing_ranks:
             log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
                         name, len(ready), self._tracing_ranks)

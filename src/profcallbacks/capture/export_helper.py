@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.export import CaptureWriter, load_hook, raw_trace_path, rescue_raw
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.core.faults import describe_error
@@ -57,9 +58,10 @@ class TraceExporter:
         ['step000000-manual']
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
+                 budget: ByteBudget | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, budget)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -95,8 +97,9 @@ class TraceExporter:
             self._channel = _start_channel(self._on_message)
             self._channel.send(self._config)
 
-    def submit(self, profiler: Any, info: CaptureInfo) -> None:
-        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once."""
+    def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
+        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
+        with the raw trace's size in bytes (``None``: it could not be saved)."""
         raw = raw_trace_path(self._logdir, info)
         try:
             raw.parent.mkdir(parents=True, exist_ok=True)
@@ -109,12 +112,13 @@ class TraceExporter:
                         info.name, describe_error(exc, raw.parent))
             with contextlib.suppress(OSError):
                 raw.unlink(missing_ok=True)
-            return
+            return None
         self.prepare()
         assert self._channel is not None
         with self._lock:
             self._jobs[info.name] = (info, size)
         self._channel.send(("export", str(raw), info))
+        return size
 
     def take_findings(self) -> list[Finding]:
         """Findings about published captures since the last call (for the training thread)."""
@@ -289,7 +293,7 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
         kind = message[0]
         if kind == "config":
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
-                                   publish_timeout_s=message[3])
+                                   publish_timeout_s=message[3], budget=message[4])
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
                 writer.on_published = load_hook()

@@ -33,6 +33,7 @@ class CaptureInfo:
     rank: RankInfo
     backend: str | None = None
     export_overlap: bool = False  # recorded while an earlier capture was being exported
+    budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed
 
 
 def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
@@ -67,6 +68,8 @@ def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
         "world_size": info.rank.world_size,
         "host": info.rank.host,
     }
+    if info.budget is not None:
+        trace["profcallbacks"]["budget"] = info.budget
     return trace
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch.profiler import profile
 
+from profcallbacks.capture.export import GZIP_LEVEL
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import Window
 from profcallbacks.capture.trimming import CaptureSizer, Trim
@@ -129,7 +131,8 @@ class CaptureBudget:
             probe.stop()
             path.parent.mkdir(parents=True, exist_ok=True)
             probe.export_chrome_trace(str(path))
-            size = path.lstat().st_size
+            data = path.read_bytes()
+            size, disk = len(data), len(zlib.compress(data, GZIP_LEVEL))  # one step: ~ms
         except Exception as exc:
             log.info("profcallbacks: the size probe failed (%s); the first capture is not "
                      "trimmed.", exc)
@@ -140,6 +143,7 @@ class CaptureBudget:
             with contextlib.suppress(Exception):
                 probe.profiler = None  # free its events now, not in a later training step
         self.sizer.record_raw(self._probe_options, steps=1, raw_bytes=size)
+        self.sizer.record_disk(raw_bytes=size, disk_bytes=disk)
         per_step = self.sizer.per_step(self._probe_options)
         self._probe_per_step = per_step
         log.info("profcallbacks: size probe: %.0f kB per step on disk predicted.",

@@ -21,6 +21,7 @@ from profcallbacks.report.analysis import (
     public_metrics,
     run_verdict,
 )
+from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
@@ -125,7 +126,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
                              host_steps=analysis.get("host", {}).get("per_step", []),
-                             export_overlap=summary.export_overlap)
+                             export_overlap=summary.export_overlap, budget=summary.budget)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
@@ -136,7 +137,10 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                          "partial": capture.partial, "files": files,
                          "verdict": pooled["verdict"], "metrics": pooled["metrics"],
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
-                         "export_overlap": any(f.get("export_overlap") for f in files)})
+                         "export_overlap": any(f.get("export_overlap") for f in files),
+                         "budget": capture_budget(files),
+                         "merged": merged_trace(capture.merged, run.root) if capture.merged
+                         else None})
     verdict = run_verdict(captures, sync_sites)
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
@@ -158,6 +162,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "findings": findings,
         "findings_by_kind": group_findings(findings),
         "memory": memory_report(interval_rows, findings),
+        "removed_captures": removed_captures(run.root, problems),
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }

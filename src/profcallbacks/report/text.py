@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.report.budgets import budget_lines
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
@@ -33,6 +34,7 @@ def render_text(report: dict[str, Any]) -> str:
     out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"])
     out += _captures_section(report["captures"])
+    out += budget_lines(report)
     out += _operators_section(report["top_operators"])
     out += memory_text(report.get("memory"))
     out += _findings_section(report["findings_by_kind"])

@@ -46,6 +46,7 @@ class TraceSummary:
     trigger: str | None
     partial: bool
     export_overlap: bool = False  # recorded while an earlier capture was still being exported
+    budget: dict[str, Any] | None = None  # what the capture byte budget predicted and trimmed
     steps: list[dict[str, Any]] = field(default_factory=list)
     cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
@@ -88,7 +89,9 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
                            worker=worker, trigger=trigger if isinstance(trigger, str) else None,
                            partial=bool(meta.get("partial")),
-                           export_overlap=meta.get("export_overlap") is True)
+                           export_overlap=meta.get("export_overlap") is True,
+                           budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
+                           else None)
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []

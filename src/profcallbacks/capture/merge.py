@@ -30,6 +30,8 @@ from profcallbacks.capture.trimming import FILL
 
 _STEP = "ProfilerStep#"
 _CHUNK_EVENTS = 20_000
+ATTEMPTS = 3
+"""Writes of the merged trace at most, each reduced by what the last one measured."""
 
 
 @dataclass
@@ -41,7 +43,8 @@ class _Rank:
     host: str
     base_us: float
     size: int
-    collectives: dict[tuple[str, int], float] = field(default_factory=dict)  # key -> end (us)
+    collectives: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    """(kind:name, k) -> (start, end) in microseconds on the rank's clock."""
     steps: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (start, end)
     durations: array = field(default_factory=lambda: array("d"))
     offset_us: float = 0.0
@@ -70,18 +73,30 @@ def merge_capture(files: list[Path], out: Path, *, budget_bytes: int | None) -> 
     alignment = _align(ranks)
     total_events = sum(len(r.durations) for r in ranks)
     est = sum(r.size for r in ranks)
-    keep_steps, min_dur = _reduction(ranks, est, total_events, budget_bytes)
-    window = _step_window(ranks, keep_steps)
-    meta: dict[str, Any] = {
-        "ranks": [{"rank": r.rank, "host": r.host, "file": r.path.name,
-                   "offset_us": round(r.offset_us, 3),
-                   "residual_skew_us": alignment["residual"].get(r.rank)} for r in ranks],
-        "aligned_on": alignment["on"], "collectives_matched": alignment["matched"],
-        "max_residual_skew_us": alignment["max_residual"],
-        "capture_bytes": budget_bytes, "input_bytes": est,
-        "steps_kept": keep_steps, "min_event_us": min_dur,
-        "reduced": bool(min_dur) or keep_steps != _all_steps(ranks),
-    }
+    meta: dict[str, Any] = {}
+    for _ in range(ATTEMPTS):  # the output compresses unlike its inputs: measure, then retry
+        keep_steps, min_dur = _reduction(ranks, est, total_events, budget_bytes)
+        meta = {
+            "ranks": [{"rank": r.rank, "host": r.host, "file": r.path.name,
+                       "offset_us": round(r.offset_us, 3),
+                       "residual_skew_us": alignment["residual"].get(r.rank)} for r in ranks],
+            "aligned_on": alignment["on"], "collectives_matched": alignment["matched"],
+            "max_residual_skew_us": alignment["max_residual"],
+            "capture_bytes": budget_bytes, "input_bytes": sum(r.size for r in ranks),
+            "steps_kept": keep_steps, "min_event_us": min_dur,
+            "reduced": bool(min_dur) or keep_steps != _all_steps(ranks),
+        }
+        meta["bytes"] = _write(ranks, out, meta, keep_steps, min_dur)
+        if budget_bytes is None or meta["bytes"] <= budget_bytes:
+            break
+        est = est * meta["bytes"] / max(budget_bytes * FILL, 1.0) * 1.1
+    meta["over_budget"] = budget_bytes is not None and meta["bytes"] > budget_bytes
+    return meta
+
+
+def _write(ranks: list[_Rank], out: Path, meta: dict[str, Any], steps: list[int],
+           min_dur: float) -> int:
+    """Streams the merged trace into ``out`` (replaced whole, never half written); its bytes."""
     writing = out.with_name(f".{out.name}.writing")
     base_us = ranks[0].base_us if ranks else 0.0
     try:
@@ -94,7 +109,7 @@ def merge_capture(files: list[Path], out: Path, *, budget_bytes: int | None) -> 
             gz.write(head[:-1] + b',"traceEvents":[')
             first = True
             for r in ranks:
-                for chunk in _rank_events(r, base_us, window, min_dur):
+                for chunk in _rank_events(r, base_us, _step_window(r, steps), min_dur):
                     if chunk:
                         gz.write((b"" if first else b",") + b",".join(map(_encode, chunk)))
                         first = False
@@ -103,8 +118,7 @@ def merge_capture(files: list[Path], out: Path, *, budget_bytes: int | None) -> 
     finally:
         with contextlib.suppress(OSError):
             writing.unlink()
-    meta["bytes"] = out.stat().st_size
-    return meta
+    return out.stat().st_size
 
 
 def _first_pass(path: Path) -> _Rank:
@@ -132,14 +146,20 @@ def _first_pass(path: Path) -> _Rank:
             kind_events[kind].append((ts + info.base_us, ts + dur + info.base_us, str(name)))
     kind = "gpu" if kind_events["gpu"] else "cpu"
     counts: dict[str, int] = {}
-    for _, end, name in sorted(kind_events[kind]):
+    for start, end, name in sorted(kind_events[kind]):
         k = counts[name] = counts.get(name, -1) + 1
-        info.collectives[(f"{kind}:{name}", k)] = end
+        info.collectives[(f"{kind}:{name}", k)] = (start, end)
     return info
 
 
 def _align(ranks: list[_Rank]) -> dict[str, Any]:
-    """Sets each rank's ``offset_us`` so its collective ends meet the lowest rank's."""
+    """Sets each rank's ``offset_us`` so its collective ends meet the lowest rank's.
+
+    The shift is the densest half of the end differences (the median of the shortest run of
+    half of them, sorted): most collectives end within microseconds on every rank, while a rank
+    descheduled before it records an end shows it milliseconds late, and those outliers pull a
+    median or a mean but not the densest half.
+    """
     out: dict[str, Any] = {"on": None, "matched": 0, "residual": {}, "max_residual": None}
     if len(ranks) < 2:
         return out
@@ -153,14 +173,27 @@ def _align(ranks: list[_Rank]) -> dict[str, Any]:
     out["matched"] = len(keys)
     residuals: list[float] = []
     for r in ranks:
-        deltas = [ref.collectives[k] - r.collectives[k] for k in keys]
-        r.offset_us = statistics.median(deltas)
-        spread = [abs(r.collectives[k] + r.offset_us - ref.collectives[k]) for k in keys]
+        pairs = [(ref.collectives[k], r.collectives[k]) for k in keys]
+        r.offset_us = densest_half([a[1] - b[1] for a, b in pairs])
+        spread = [abs(b[1] + r.offset_us - a[1]) for a, b in pairs]
         out["residual"][r.rank] = {"median": round(statistics.median(spread), 3),
                                    "max": round(max(spread), 3)}
         residuals.append(max(spread))
     out["max_residual"] = round(max(residuals), 3)
     return out
+
+
+def densest_half(values: list[float]) -> float:
+    """The median of the ``ceil(n / 2)`` consecutive sorted values that span the least range.
+
+    Example:
+        >>> densest_half([-2831, -1943, -243, -112, -89, -2, 2, 70, 89, 1744, 4094, 5281])
+        0.0
+    """
+    ordered = sorted(values)
+    h = (len(ordered) + 1) // 2
+    start = min(range(len(ordered) - h + 1), key=lambda i: ordered[i + h - 1] - ordered[i])
+    return float(statistics.median(ordered[start:start + h]))
 
 
 def _all_steps(ranks: list[_Rank]) -> list[int]:
@@ -185,16 +218,17 @@ def _reduction(ranks: list[_Rank], est: int, total: int,
     return steps, max(cut, 1e-3)
 
 
-def _step_window(ranks: list[_Rank], steps: list[int]) -> tuple[float, float] | None:
-    """Aligned time span of ``steps`` on every rank, or ``None`` when every step is kept."""
-    if not steps or steps == _all_steps(ranks):
+def _step_window(r: _Rank, steps: list[int]) -> tuple[float, float, frozenset[int]] | None:
+    """The rank's own clock span of ``steps`` and the steps, or ``None`` when it keeps all."""
+    if not steps or set(steps) >= set(r.steps):
         return None
-    starts = [r.steps[s][0] + r.offset_us for r in ranks for s in steps if s in r.steps]
-    ends = [r.steps[s][1] + r.offset_us for r in ranks for s in steps if s in r.steps]
-    return (min(starts), max(ends)) if starts else None
+    spans = [r.steps[s] for s in steps if s in r.steps]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans), frozenset(steps)
 
 
-def _rank_events(r: _Rank, base_us: float, window: tuple[float, float] | None,
+def _rank_events(r: _Rank, base_us: float, window: tuple[float, float, frozenset[int]] | None,
                  min_dur: float) -> Any:
     """The rank's events, shifted and renamed, in chunks (its trace is read again here)."""
     trace = _load(r.path)
@@ -226,10 +260,10 @@ def _rank_events(r: _Rank, base_us: float, window: tuple[float, float] | None,
                 chunk.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[key],
                               "args": {"name": f"{process_names.get(key[0], key[0])} {key[1]}"}})
         if "ts" in event and ph != "M":
-            ts = float(event["ts"]) + shift
-            if ph == "X" and not _kept(event, ts + base_us, window, min_dur):
-                continue
-            event["ts"] = round(ts, 3)
+            ts = float(event["ts"])
+            if ph == "X" and not _kept(event, ts + r.base_us, window, min_dur):
+                continue  # on the rank's own clock, as the first pass measured the steps
+            event["ts"] = round(ts + shift, 3)
         if "id" in event and isinstance(event["id"], int):
             event["id"] = event["id"] * 1024 + r.rank  # flow ids stay unique across ranks
         event["pid"], event["tid"] = pid, tids[key]
@@ -240,14 +274,14 @@ def _rank_events(r: _Rank, base_us: float, window: tuple[float, float] | None,
     yield chunk
 
 
-def _kept(event: dict[str, Any], ts_abs: float, window: tuple[float, float] | None,
-          min_dur: float) -> bool:
+def _kept(event: dict[str, Any], ts_abs: float,
+          window: tuple[float, float, frozenset[int]] | None, min_dur: float) -> bool:
     name = event.get("name")
-    if (isinstance(name, str) and name.startswith(_STEP)) or is_collective(event):
-        return window is None or (window[0] <= ts_abs <= window[1])
-    if window is not None and not (window[0] <= ts_abs <= window[1]):
+    if isinstance(name, str) and name.startswith(_STEP):
+        return window is None or name[len(_STEP):] in {str(s) for s in window[2]}
+    if window is not None and not (window[0] <= ts_abs < window[1]):
         return False
-    return float(event.get("dur", 0.0)) >= min_dur
+    return is_collective(event) is not None or float(event.get("dur", 0.0)) >= min_dur
 
 
 def _load(path: Path) -> Any:

@@ -83,7 +83,7 @@ def test_exception_inside_active_window(tmp_path, error):
 
 
 def test_disk_full_during_export_warns_once_and_training_continues(tmp_path, monkeypatch, caplog):
-    real_open = gzip.open
+    real_open = gzip.GzipFile
     calls = {"n": 0}
 
     def full_disk_once(*args, **kwargs):
@@ -92,7 +92,7 @@ def test_disk_full_during_export_warns_once_and_training_continues(tmp_path, mon
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_open(*args, **kwargs)
 
-    monkeypatch.setattr(gzip, "open", full_disk_once)
+    monkeypatch.setattr(gzip, "GzipFile", full_disk_once)
     monkeypatch.setattr(export_helper, "USE_HELPER_PROCESS", False)  # the fault in this process
     model, opt = tiny_model()
     schedule = Schedule(skip_first=1, wait=1, warmup=0, active=2, repeat=2)
@@ -135,14 +135,13 @@ def test_a_raw_trace_orjson_refuses_is_still_written(tmp_path):
     not write it): the standard library takes over and the capture is published."""
     import json
 
-    from profcallbacks.capture.export import CaptureWriter, raw_trace_path
+    from profcallbacks.capture.export import CaptureWriter, new_raw_trace_path
     from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
     from profcallbacks.core.ranks import RankInfo
 
     info = CaptureInfo("step000003-manual", "manual", 3, (StepSpan(3, 10_000, 20_000),), False,
                        os.getpid(), 1, RankInfo())
-    raw = raw_trace_path(tmp_path, info)
-    raw.parent.mkdir(parents=True)
+    raw = new_raw_trace_path(tmp_path, info)
     raw.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": NaN, '
                    '"args": {"id": 1180591620717411303424}}], "baseTimeNanoseconds": 0}')
     writer = CaptureWriter(tmp_path)

@@ -57,7 +57,7 @@ def test_text_report_of_a_real_plain_loop(run: Path, capsys: pytest.CaptureFixtu
 def test_json_schema(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The documented schema (docs/report-schema.md): names, types and the values of a real run."""
     report = report_json(capsys, run)
-    assert report["schema_version"] == SCHEMA_VERSION == 2
+    assert report["schema_version"] == SCHEMA_VERSION == 3
     assert set(report) >= {"schema_version", "generator", "logdir", "world_size", "ranks", "steps",
                            "breakdown", "captures", "top_operators", "findings", "findings_by_kind",
                            "problems", "readable"}
@@ -122,7 +122,7 @@ def test_compare_two_runs(run: Path, fast_run: Path, capsys: pytest.CaptureFixtu
     assert "data-wait share" in out and "CPU operators" in out and "sync_point: 1 -> 0 (gone)" in out
     code, out, _ = cli(capsys, "compare", str(run), str(fast_run), "--format", "json")
     cmp = json.loads(out)
-    assert cmp["schema_version"] == 2 and cmp["a"] == str(run) and cmp["b"] == str(fast_run)
+    assert cmp["schema_version"] == 3 and cmp["a"] == str(run) and cmp["b"] == str(fast_run)
     share = cmp["steps"]["data_wait_share"]
     assert share["b"] < share["a"] and share["delta"] == pytest.approx(share["b"] - share["a"])
     loader = next(o for o in cmp["operators"]["cpu"] if o["name"].startswith("enumerate(DataLoader)"))

@@ -106,7 +106,7 @@ def test_foreign_directory_of_traces_is_one_capture_per_directory(tmp_path, caps
     (tmp_path / "b" / "notes.json").write_text('{"not": "a trace"}')
     assert main(["report", str(tmp_path), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert [(c["directory"], c["trigger"], len(c["files"])) for c in report["captures"]] \
         == [("a", None, 1), ("b", None, 1)]
     assert report["captures"][0]["verdict"]["kind"] == "host_bound"
@@ -131,7 +131,9 @@ def test_whole_span_without_profiler_steps(tmp_path):
     metrics = report["captures"][0]["metrics"]
     assert metrics["step_ms"] == pytest.approx(1.0)
     assert metrics["cpu_ops_ms"] == pytest.approx(0.8)
-    assert report["verdict"]["kind"] == "input_bound"  # 20% data wait
+    # 20% data wait beside 80% CPU operators: CPU-bound first, the wait named beside it
+    assert report["verdict"]["kind"] == "cpu_compute_bound"
+    assert report["verdict"]["secondary"] == [["input_bound", 0.2]]
     assert report["captures"][0]["files"][0]["gpu_breakdown"] is None
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -19,13 +18,17 @@ from typing import Any
 
 from torch.profiler import profile
 
-from profcallbacks.capture.export import GZIP_LEVEL
+from profcallbacks.capture.export import GZIP_LEVEL, RAW_DIR_PREFIX, RAW_FILE, remove_raw
 from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import Window
 from profcallbacks.capture.trimming import CaptureSizer, Trim
+from profcallbacks.core.safefs import ensure_dir, make_private_dir, read_regular
 from profcallbacks.layout import STAGING_DIR
 
 log = logging.getLogger(__name__)
+
+MAX_PROBE_BYTES = 1 << 31
+"""Largest one-step probe trace read back (2 GiB); a larger one is not measured."""
 
 
 class CaptureBudget:
@@ -126,20 +129,22 @@ class CaptureBudget:
     def _finish_probe(self) -> None:
         probe, self._probe = self._probe, None
         assert probe is not None and self._probe_options is not None
-        path = self._logdir / STAGING_DIR / f".probe.{os.getpid()}.json"
+        path: Path | None = None
         try:
             probe.stop()
-            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = self._logdir / STAGING_DIR
+            ensure_dir(staging, own=True)  # kineto saves by path: in a private directory
+            path = make_private_dir(staging, f"{RAW_DIR_PREFIX}size-probe-") / RAW_FILE
             probe.export_chrome_trace(str(path))
-            data = path.read_bytes()
+            data = read_regular(path, max_bytes=MAX_PROBE_BYTES)
             size, disk = len(data), len(zlib.compress(data, GZIP_LEVEL))  # one step: ~ms
         except Exception as exc:
             log.info("profcallbacks: the size probe failed (%s); the first capture is not "
                      "trimmed.", exc)
             return
         finally:
-            with contextlib.suppress(OSError):
-                path.unlink()
+            if path is not None:
+                remove_raw(path)
             with contextlib.suppress(Exception):
                 probe.profiler = None  # free its events now, not in a later training step
         self.sizer.record_raw(self._probe_options, steps=1, raw_bytes=size)

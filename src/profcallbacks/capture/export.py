@@ -14,17 +14,31 @@ import gzip
 import json
 import logging
 import os
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.faults import describe_error
+from profcallbacks.core.safefs import (
+    UnsafeEntryError,
+    create_exclusive,
+    ensure_dir,
+    fresh_name,
+    is_own,
+    make_private_dir,
+    open_dir,
+    read_regular,
+    remove_own,
+    remove_own_tree,
+)
 from profcallbacks.findings import Finding
 from profcallbacks.layout import (
+    CAPTURE_DIR,
     STAGING_DIR,
     numbered_capture_dir,
     parse_capture_dir,
@@ -84,9 +98,32 @@ def _collector_paused() -> contextlib.AbstractContextManager[None]:
     return gc_paused()
 
 
-def raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
-    """Where the training process saves the raw (kineto) trace of ``info`` for the writer."""
-    return logdir / STAGING_DIR / info.name / f".{info.rank.worker}.raw.json"
+RAW_DIR_PREFIX = ".raw-"
+"""Staging holds one private directory (``mkdtemp``, mode 0700) per raw trace kineto saves."""
+RAW_FILE = "trace.json"
+MAX_RAW_BYTES = 1 << 40
+_STAGED_FILE = re.compile(r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.writing|\.raw\.json)$")
+"""Files a capture's stage may hold: trace files (``.ready`` once complete) and half-written ones."""
+
+
+def new_raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
+    """A fresh path for kineto's raw save of ``info``: in a private directory of an unpredictable
+    name under staging, since kineto writes by path (it would follow a planted link).
+
+    Raises:
+        UnsafeEntryError: The staging directory is a link or another user's.
+    """
+    staging = logdir / STAGING_DIR
+    ensure_dir(staging, own=True)
+    private = make_private_dir(staging, f"{RAW_DIR_PREFIX}{info.name}-{info.rank.worker}-")
+    return private / RAW_FILE
+
+
+def remove_raw(raw: Path) -> None:
+    """Remove a raw trace and its private directory (only what is ours); never raises."""
+    with contextlib.suppress(OSError):
+        remove_own(raw, kind="file")
+        remove_own(raw.parent, kind="dir")
 
 
 class CaptureWriter:
@@ -136,7 +173,7 @@ class CaptureWriter:
             log.warning("profcallbacks: could not export capture %s (%s); training "
                         "continues and later captures are still tried.",
                         info.name, describe_error(exc, self._staging))
-            self._discard(info)
+            self._discard(raw, info)
 
     def close(self) -> None:
         """Publish captures still waiting for other ranks (after a bounded wait)."""
@@ -152,19 +189,22 @@ class CaptureWriter:
             self._staging.rmdir()
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
-        stage = self._staging / info.name
-        with _collector_paused():
-            encoded = _encode(postprocess(_decode(raw.read_bytes()), info))
+        with _collector_paused():  # the raw trace is read only as a regular file of ours
+            encoded = _encode(postprocess(_decode(read_regular(raw, max_bytes=MAX_RAW_BYTES)),
+                                          info))
         name = trace_file_name(info.rank.worker, info.first_step)
-        writing = stage / f".{name}.writing"
-        try:
-            with gzip.open(writing, "wb", compresslevel=GZIP_LEVEL) as f:
-                f.write(encoded)
-            del encoded
-            os.replace(writing, stage / (name + _READY))
-        finally:
-            writing.unlink(missing_ok=True)
-        raw.unlink(missing_ok=True)  # only now: until here a killed writer leaves it to rescue
+        with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
+            writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
+            try:
+                with os.fdopen(create_exclusive(writing, dir_fd=stage_fd), "wb") as out, \
+                        gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL) as f:
+                    f.write(encoded)
+                del encoded
+                os.replace(writing, name + _READY, src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(writing, dir_fd=stage_fd)
+        remove_raw(raw)  # only now: until here a killed writer leaves it to rescue
         self._written[info.name] = (name, info)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
@@ -181,8 +221,8 @@ class CaptureWriter:
 
     def _try_publish(self, name: str, *, force: bool) -> None:
         stage = self._staging / name
-        ready = sorted(stage.glob("*" + _READY)) if stage.is_dir() else []
-        if not stage.is_dir():  # another rank published it (maybe as name-2: a restarted run)
+        ready = _ready_files(stage)
+        if not is_own(stage, kind="dir"):  # another rank published it (maybe as name-2)
             written = self._written.get(name)
             file = written[0] if written else ""
             self._published(name, published_dir(self._logdir, name, file))
@@ -196,7 +236,7 @@ class CaptureWriter:
         if self._after_publish is not None:
             parsed = parse_capture_dir(final.name)
             self._after_publish(final, parsed[1] if parsed else "",
-                                [p.name[: -len(_READY)] for p in ready])
+                                [p[: -len(_READY)] for p in ready])
         if force and len(ready) < self._tracing_ranks:
             log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
                         name, len(ready), self._tracing_ranks)
@@ -214,28 +254,22 @@ class CaptureWriter:
             log.warning("profcallbacks: analysing capture %s failed (%s: %s).", name,
                         type(exc).__name__, exc)
 
-    def _discard(self, info: CaptureInfo) -> None:
-        stage = self._staging / info.name
-        with contextlib.suppress(OSError):  # e.g. a read-only file system: reported at next start
-            for path in stage.glob(f".{info.rank.worker}*"):
-                path.unlink(missing_ok=True)
+    def _discard(self, raw: Path, info: CaptureInfo) -> None:
+        remove_raw(raw)  # e.g. a read-only file system: what stays is reported at next start
         self._waiting.discard(info.name)
 
 
-def rescue_raw(logdir: Path, info: CaptureInfo) -> Path | None:
+def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
     """Publish the raw trace of ``info`` as it is, in a ``-partial`` directory (writer gone)."""
-    raw = raw_trace_path(logdir, info)
-    if not raw.is_file():
+    if not is_own(raw, kind="file"):
         return None
     name = info.name if info.name.endswith("-partial") else info.name + "-partial"
     file = trace_file_name(info.rank.worker, info.first_step).removesuffix(".gz")
     final = free_capture_dir(logdir, name, [file])
-    final.mkdir(parents=True, exist_ok=True)
-    os.replace(raw, final / file)
-    with contextlib.suppress(OSError):
-        for path in raw.parent.glob(f".{info.rank.worker}*"):
-            path.unlink(missing_ok=True)
-        raw.parent.rmdir()
+    ensure_dir(final, own=True)
+    with _directory(final) as final_fd:
+        os.replace(raw, file, dst_dir_fd=final_fd)
+    remove_raw(raw)
     return final
 
 
@@ -255,38 +289,56 @@ def publish_stage(logdir: Path, name: str) -> Path | None:
     Takes the stage's ``.publishing`` lock (a directory: atomic, also on NFS), renames the ready
     files to their final names and moves the stage to ``logdir/<name>`` in one rename, or, when
     another rank of the run published that directory first, moves the files in one by one.
-    Returns the capture directory, or ``None`` when another rank holds the lock.
+    Returns the capture directory, or ``None`` when another rank holds the lock. Every step is
+    relative to directories opened without following links: nothing leaves the log directory.
 
     Raises:
         OSError: The file system refused (full, read-only); the stage stays for a later try.
     """
-    stage = logdir / STAGING_DIR / name
-    ready = sorted(stage.glob("*" + _READY))
     try:
-        (stage / ".publishing").mkdir()
+        stage_fd = _open_stage(logdir, name, create=False)
+    except (FileNotFoundError, UnsafeEntryError):
+        return None  # published meanwhile, or not ours
+    try:
+        return _publish_from(logdir, name, stage_fd)
+    finally:
+        os.close(stage_fd)
+
+
+def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
+    ready = sorted(e for e in os.listdir(stage_fd)
+                   if e.endswith(_READY) and is_own(e, kind="file", dir_fd=stage_fd))
+    try:
+        os.mkdir(".publishing", dir_fd=stage_fd)
     except (FileExistsError, FileNotFoundError):
         return None  # another rank is publishing (or just has)
     try:
-        for path in ready:
-            os.replace(path, stage / path.name[: -len(_READY)])
+        for entry in ready:
+            os.replace(entry, entry[: -len(_READY)], src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
     except OSError:  # e.g. read-only now: leave no lock behind, a later try starts over
         with contextlib.suppress(OSError):
-            (stage / ".publishing").rmdir()
+            os.rmdir(".publishing", dir_fd=stage_fd)
         raise
-    files = [path.name[: -len(_READY)] for path in ready]
+    files = [entry[: -len(_READY)] for entry in ready]
     final = free_capture_dir(logdir, name, files)
-    try:
-        if final.exists():
-            raise FileExistsError(final)
-        os.replace(stage, final)  # the lock moves along: no other rank can take it meanwhile
-    except OSError:  # published earlier (another rank of this run): move our files in
-        if not final.is_dir():
-            raise
-        for file in files:
-            os.replace(stage / file, final / file)
-        _remove_tree(stage)
-    else:
-        (final / ".publishing").rmdir()
+    with _directory(logdir, follow=True) as logdir_fd, \
+            _directory(logdir / STAGING_DIR) as staging_fd:
+        try:
+            if _lstat(final) is not None:
+                raise FileExistsError(final)
+            os.replace(name, final.name, src_dir_fd=staging_fd, dst_dir_fd=logdir_fd)
+        except OSError:  # published earlier (another rank of this run): move our files in
+            if not is_own(final, kind="dir"):
+                raise
+            with _directory(final) as final_fd:
+                for file in files:
+                    os.replace(file, file, src_dir_fd=stage_fd, dst_dir_fd=final_fd)
+            with contextlib.suppress(OSError):
+                os.rmdir(".publishing", dir_fd=stage_fd)
+            remove_own_tree(logdir / STAGING_DIR / name, inside=logdir / STAGING_DIR,
+                            name=_STAGED_FILE)
+        else:  # the lock moved along: no other rank could take it meanwhile
+            os.rmdir(".publishing", dir_fd=stage_fd)
     return final
 
 
@@ -295,13 +347,16 @@ def published_dir(logdir: Path, name: str, file: str) -> Path:
     number = 1
     while True:
         final = logdir / numbered_capture_dir(name, number)
-        if not final.exists() or (file and (final / file).exists()):
-            return final if final.exists() or number == 1 else logdir / name
+        if _lstat(final) is None:
+            return final if number == 1 else logdir / name
+        if file and is_own(final, kind="dir") and _lstat(final / file) is not None:
+            return final
         number += 1
 
 
 def free_capture_dir(logdir: Path, name: str, files: list[str]) -> Path:
-    """Where to publish ``files`` of capture ``name``: never over a file an earlier run published.
+    """Where to publish ``files`` of capture ``name``: never over a file an earlier run published,
+    never into anything but a directory of ours (a planted link or file is passed over).
 
     ``logdir/name`` unless it holds one of ``files`` already (a restarted run that took the same
     capture again); then ``name-2``, ``name-3`` ... The ranks of one run pick the same directory.
@@ -309,7 +364,8 @@ def free_capture_dir(logdir: Path, name: str, files: list[str]) -> Path:
     number = 1
     while True:
         final = logdir / numbered_capture_dir(name, number)
-        if not final.exists() or not any((final / file).exists() for file in files):
+        if _lstat(final) is None or (is_own(final, kind="dir") and not any(
+                _lstat(final / file) is not None for file in files)):
             return final
         number += 1
 
@@ -318,34 +374,49 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
     """Finish publishes a killed run left in staging; returns one line per thing done.
 
     Staged trace files that were complete (``.ready``) are published (never over an earlier
-    capture); half-written ones (``.writing``, ``.raw.json``) are removed; a leftover
+    capture); half-written ones (``.writing``, raw saves) are removed; a leftover
     ``.publishing`` lock is removed, also from a published capture directory. Only entries
     modified before ``older_than`` (seconds since the epoch, the file server's clock) are
-    touched: they belong to no live run. Never raises.
+    touched: they belong to no live run. Only entries provably ours are touched: directories and
+    regular files of this user, never through a link, with the names this module gives them.
+    Never raises.
     """
     done: list[str] = []
     staging = logdir / STAGING_DIR
     for published in _listdir(logdir):
-        lock = logdir / published / ".publishing"
-        if lock.is_dir() and _safe(lambda lock=lock: lock.rmdir()):
-            done.append(f"removed a leftover publish lock from {published}")
+        if CAPTURE_DIR.match(published) and is_own(logdir / published, kind="dir", inside=logdir):
+            with contextlib.suppress(OSError):
+                if remove_own(logdir / published / ".publishing", kind="dir"):
+                    done.append(f"removed a leftover publish lock from {published}")
+    if _lstat(staging) is None:
+        return done
+    if not is_own(staging, kind="dir", inside=logdir):
+        return done + [f"{staging} is not a directory of this user (a link?); left alone"]
     for name in _listdir(staging):
         stage = staging / name
         try:
-            if not stage.is_dir() or stage.stat().st_mtime >= older_than:
+            st = _lstat(stage)
+            if st is None or st.st_mtime >= older_than:
                 continue
-            with contextlib.suppress(OSError):
-                (stage / ".publishing").rmdir()
-            broken = [p for p in stage.iterdir() if p.name.endswith((".writing", ".raw.json"))]
-            for path in broken:
-                path.unlink()
+            if name.startswith(RAW_DIR_PREFIX):
+                if remove_own_tree(stage, inside=staging):
+                    done.append(f"removed a raw trace a killed run left half saved ({name})")
+                continue
+            if not CAPTURE_DIR.match(name) or not is_own(stage, kind="dir", inside=staging):
+                done.append(f"left {name} in {staging} alone: not a capture directory of this "
+                            "user (a link?)")
+                continue
+            remove_own(stage / ".publishing", kind="dir")
+            broken = [e for e in _listdir(stage) if e.endswith((".writing", ".raw.json"))
+                      and remove_own(stage / e, kind="file")]
             if broken:
                 done.append(f"removed {len(broken)} half-written trace file(s) of capture {name}")
-            final = publish_stage(logdir, name) if any(stage.glob("*" + _READY)) else None
+            final = publish_stage(logdir, name) if _ready_files(stage) else None
             if final is not None:
                 done.append(f"published stranded capture {name} as {final.name}")
-            else:
-                _remove_tree(stage)
+            elif not remove_own_tree(stage, inside=staging, name=_STAGED_FILE):
+                done.append(f"left capture {name} in {staging}: it holds entries that are not "
+                            "this library's")
         except OSError as exc:
             done.append(f"could not recover capture {name} ({describe_error(exc, stage)}); it "
                         f"stays in {staging}")
@@ -354,22 +425,54 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
     return done
 
 
+def _ready_files(stage: Path) -> list[str]:
+    """The complete (``.ready``) trace files of ours in ``stage``, a directory of ours."""
+    if not is_own(stage, kind="dir"):
+        return []
+    return sorted(e for e in _listdir(stage) if e.endswith(_READY)
+                  and is_own(stage / e, kind="file"))
+
+
+@contextlib.contextmanager
+def _directory(path: Path, *, follow: bool = False) -> Iterator[int]:
+    """A descriptor of the directory ``path`` (never of a link to one, unless ``follow``: the
+    user's own log directory may be one), closed after the block."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY) if follow else open_dir(path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_stage(logdir: Path, name: str, *, create: bool) -> int:
+    """A descriptor of ``<logdir>/.profcallbacks-staging/<name>``, both real directories."""
+    staging = logdir / STAGING_DIR
+    if create:
+        ensure_dir(staging, own=True)
+    with _directory(staging) as staging_fd:
+        if create:
+            ensure_dir(name, dir_fd=staging_fd, own=True)
+        return open_dir(name, dir_fd=staging_fd)
+
+
+@contextlib.contextmanager
+def _stage_dir(logdir: Path, name: str, *, create: bool) -> Iterator[int]:
+    fd = _open_stage(logdir, name, create=create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
 def _listdir(path: Path) -> list[str]:
     try:
         return sorted(os.listdir(path))
     except OSError:
         return []
-
-
-def _safe(action: Any) -> bool:
-    try:
-        action()
-    except OSError:
-        return False
-    return True
-
-
-def _remove_tree(path: Path) -> None:
-    for child in path.iterdir():
-        child.rmdir() if child.is_dir() else child.unlink()
-    path.rmdir()

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.export import CaptureWriter, load_hook, raw_trace_path, rescue_raw
+from profcallbacks.capture.export import (
+    CaptureWriter,
+    load_hook,
+    new_raw_trace_path,
+    remove_raw,
+    rescue_raw,
+)
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
@@ -65,8 +71,8 @@ class TraceExporter:
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
-        self._jobs: dict[str, tuple[CaptureInfo, int]] = {}  # name -> info, raw bytes
-        self._orphans: list[CaptureInfo] = []  # sent to a helper that died
+        self._jobs: dict[str, tuple[CaptureInfo, int, Path]] = {}  # name -> info, bytes, raw file
+        self._orphans: list[tuple[CaptureInfo, Path]] = []  # sent to a helper that died
         self._findings: list[Finding] = []
         self.exported: list[Path] = []
         self.failures = 0
@@ -90,7 +96,7 @@ class TraceExporter:
         if self._channel is not None and self._channel.gone:
             log.warning("profcallbacks: the export helper stopped; a new one is started.")
             with self._lock:
-                self._orphans += [info for info, _ in self._jobs.values()]
+                self._orphans += [(info, raw) for info, _, raw in self._jobs.values()]
                 self._jobs.clear()
             self._channel = None
         if self._channel is None:
@@ -100,23 +106,23 @@ class TraceExporter:
     def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
         """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
         with the raw trace's size in bytes (``None``: it could not be saved)."""
-        raw = raw_trace_path(self._logdir, info)
+        raw: Path | None = None
         try:
-            raw.parent.mkdir(parents=True, exist_ok=True)
-            profiler.export_chrome_trace(str(raw))  # kineto's save: it stays with the profiler
-            size = raw.stat().st_size
+            raw = new_raw_trace_path(self._logdir, info)  # in a private directory: kineto
+            profiler.export_chrome_trace(str(raw))  # saves by path; it stays with the profiler
+            size = os.lstat(raw).st_size
         except Exception as exc:
             self.failures += 1
             log.warning("profcallbacks: could not export capture %s (%s); training "
                         "continues and later captures are still tried.",
-                        info.name, describe_error(exc, raw.parent))
-            with contextlib.suppress(OSError):
-                raw.unlink(missing_ok=True)
+                        info.name, describe_error(exc, self._logdir))
+            if raw is not None:
+                remove_raw(raw)
             return None
         self.prepare()
         assert self._channel is not None
         with self._lock:
-            self._jobs[info.name] = (info, size)
+            self._jobs[info.name] = (info, size, raw)
         self._channel.send(("export", str(raw), info))
         return size
 
@@ -142,7 +148,7 @@ class TraceExporter:
         if channel is None:
             return
         with self._lock:
-            queued = sum(size for _, size in self._jobs.values())
+            queued = sum(size for _, size, _ in self._jobs.values())
         limit = timeout_s + self._publish_timeout_s + queued / CLOSE_BYTES_PER_S
         channel.send(("close", self._publish_timeout_s))
         if not channel.wait(limit):
@@ -150,12 +156,12 @@ class TraceExporter:
                         "and unfinished captures are published raw as -partial.", limit)
             channel.kill()
         with self._lock:
-            unwritten = self._orphans + [info for info, _ in self._jobs.values()]
+            unwritten = self._orphans + [(info, raw) for info, _, raw in self._jobs.values()]
             self._jobs.clear()
             self._orphans = []
-        for info in unwritten:
+        for info, raw in unwritten:
             try:
-                rescued = rescue_raw(self._logdir, info)
+                rescued = rescue_raw(self._logdir, info, raw)
             except OSError as exc:  # e.g. the disk is full: the run still ends cleanly
                 log.warning("profcallbacks: could not publish the raw trace of %s (%s).",
                             info.name, describe_error(exc, self._logdir))

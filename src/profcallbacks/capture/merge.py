@@ -27,9 +27,12 @@ from typing import Any
 
 from profcallbacks.capture.export import GZIP_LEVEL, _decode, _encode
 from profcallbacks.capture.trimming import FILL
+from profcallbacks.core.safefs import create_exclusive, fresh_name, read_regular, remove_own
 
 _STEP = "ProfilerStep#"
 _CHUNK_EVENTS = 20_000
+MAX_INPUT_BYTES = 1 << 32
+"""Largest rank file merged (4 GiB on disk)."""
 ATTEMPTS = 3
 """Writes of the merged trace at most, each reduced by what the last one measured."""
 
@@ -97,11 +100,10 @@ def merge_capture(files: list[Path], out: Path, *, budget_bytes: int | None) -> 
 def _write(ranks: list[_Rank], out: Path, meta: dict[str, Any], steps: list[int],
            min_dur: float) -> int:
     """Streams the merged trace into ``out`` (replaced whole, never half written); its bytes."""
-    writing = out.with_name(f".{out.name}.writing")
+    writing = out.with_name(fresh_name(f".{out.name}.") + ".writing")
     base_us = ranks[0].base_us if ranks else 0.0
     try:
-        fd = os.open(writing, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o644)
+        fd = create_exclusive(writing)  # no link followed, nothing overwritten
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
                                                        compresslevel=GZIP_LEVEL) as gz:
             head = _encode({"profcallbacks_merge": meta, "displayTimeUnit": "ms",
@@ -114,10 +116,12 @@ def _write(ranks: list[_Rank], out: Path, meta: dict[str, Any], steps: list[int]
                         gz.write((b"" if first else b",") + b",".join(map(_encode, chunk)))
                         first = False
             gz.write(b"]}")
+        if out.is_symlink():
+            raise FileExistsError(out)  # a link planted where the merged file goes: left alone
         os.replace(writing, out)
     finally:
         with contextlib.suppress(OSError):
-            writing.unlink()
+            remove_own(writing, kind="file")
     return out.stat().st_size
 
 
@@ -285,6 +289,5 @@ def _kept(event: dict[str, Any], ts_abs: float,
 
 
 def _load(path: Path) -> Any:
-    with open(path, "rb") as raw:
-        data = gzip.GzipFile(fileobj=raw).read() if path.suffix == ".gz" else raw.read()
-    return _decode(data)
+    data = read_regular(path, max_bytes=MAX_INPUT_BYTES)  # a regular file: never through a link
+    return _decode(gzip.decompress(data) if path.suffix == ".gz" else data)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profcallbacks.core.safefs import open_append, remove_own, write_all
 from profcallbacks.layout import META_DIR, parse_capture_dir, retention_log_file
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class Retention:
             return self._enforce()
         finally:
             with contextlib.suppress(OSError):
-                (self._logdir / META_DIR / _LOCK).rmdir()
+                remove_own(self._logdir / META_DIR / _LOCK, kind="dir", inside=self._logdir)
 
     def _enforce(self) -> list[dict[str, object]]:
         total = logdir_capture_bytes(self._logdir)
@@ -119,8 +120,8 @@ class Retention:
             return True
         except FileExistsError:
             with contextlib.suppress(OSError):  # a killed helper's lock: stale after 2 minutes
-                if time.time() - lock.lstat().st_mtime > _STALE_LOCK_S:
-                    lock.rmdir()
+                if (time.time() - lock.lstat().st_mtime > _STALE_LOCK_S
+                        and remove_own(lock, kind="dir", inside=self._logdir)):
                     lock.mkdir()
                     return True
             return False
@@ -152,22 +153,21 @@ def _remove_owned(capture: OwnedCapture) -> int:
             st = path.lstat()
             if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != identity:
                 continue  # replaced (e.g. by a link) since: not ours any more
-            path.unlink()
-            freed += st.st_size
+            if remove_own(path, kind="file", inside=capture.directory.parent):
+                freed += st.st_size
         except OSError:
             continue
-    with contextlib.suppress(OSError):
-        capture.directory.rmdir()  # only when empty: files of others stay, and so does it
+    with contextlib.suppress(OSError):  # only when empty: files of others stay, and so does it
+        remove_own(capture.directory, kind="dir", inside=capture.directory.parent)
     return freed
 
 
 def _append_record(logdir: Path, record: dict[str, object]) -> None:
     path = retention_log_file(logdir)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = open_append(path)  # a regular file of ours, or new: never through a link
         try:
-            os.write(fd, (json.dumps(record) + "\n").encode())
+            write_all(fd, (json.dumps(record) + "\n").encode())
         finally:
             os.close(fd)
     except OSError as exc:

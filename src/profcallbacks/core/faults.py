@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from profcallbacks.core.safefs import UnsafeEntryError, open_append, write_all
+
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0
@@ -51,6 +53,8 @@ def filesystem_trouble(path: Path) -> str | None:
 
 def describe_error(exc: BaseException, path: Path | None = None) -> str:
     """The cause of a failed write in words, e.g. ``"disk full ([Errno 28] No space left ...)"``."""
+    if isinstance(exc, UnsafeEntryError):  # a planted link or another user's file
+        return str(exc)
     cause = filesystem_trouble(path) if path is not None else None
     if cause is None and isinstance(exc, OSError) and exc.errno:
         cause = _CAUSES.get(exc.errno)
@@ -61,9 +65,10 @@ def describe_error(exc: BaseException, path: Path | None = None) -> str:
 class RecoveringAppender:
     """Appends records to one file; a failed write is undone, kept and retried later.
 
-    The file is opened for each flush (``O_APPEND``) and closed again, so no descriptor stays open
-    on a file system that is being remounted or unmounted. A record cut short by a full disk is
-    truncated away, so readers never see half a line.
+    The file is opened for each flush (``O_APPEND``, never through a link, only a regular file
+    owned by this user: see :func:`~profcallbacks.core.safefs.open_append`) and closed again, so
+    no descriptor stays open on a file system that is being remounted or unmounted. A record cut
+    short by a full disk is truncated away, so readers never see half a line.
 
     Args:
         path: The file (created on the first write).
@@ -134,17 +139,13 @@ class RecoveringAppender:
         self._pending_bytes = 0
 
     def _write(self, data: bytes) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                     0o644)
+        fd = open_append(self.path)  # never through a link, only into a regular file of ours
         try:
             size = os.fstat(fd).st_size
             if size == 0 and self._header:
                 data = self._header + data
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                write_all(fd, data)
             except BaseException:
                 try:  # undo the half-written record so readers never see it
                     os.ftruncate(fd, size)

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.safefs import create_exclusive, write_new
 from profcallbacks.layout import run_lock_file
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class RunLock:
         self._token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lost = threading.Event()
         self.previous: dict[str, Any] | None = None
         """The marker of an earlier run that ended without closing, if one was taken over."""
 
@@ -73,7 +75,7 @@ class RunLock:
                 "started": time.time()}
         data = json.dumps(mine).encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = create_exclusive(self.path)
         except FileExistsError:
             self._take_over(data)
         else:
@@ -109,23 +111,45 @@ class RunLock:
                     holder.get("pid", "?"), holder.get("host", "?"))
         self.previous = holder
         tmp = self.path.with_name(f".{self.path.name}.{self._token}")
-        tmp.write_bytes(data)
-        os.replace(tmp, self.path)
+        write_new(tmp, data)
+        os.replace(tmp, self.path)  # replaces a link itself, never what it points to
         if _read_marker(self.path).get("token") != self._token:  # another run took it over first
             raise LogdirInUseError(f"logdir={str(self.logdir)!r}: another run took over the stale "
                                    f"marker {self.path} at the same moment; give each run a log "
                                    "directory of its own.")
 
+    @property
+    def lost(self) -> bool:
+        """Another run took the marker over (this one was suspended past ``STALE_S``)."""
+        return self._lost.is_set()
+
+    def check(self) -> bool:
+        """Whether the marker is still ours; the first time it is not, one warning. Never raises."""
+        if self._lost.is_set():
+            return False
+        holder = _read_marker(self.path)
+        if not holder or holder.get("token") == self._token:  # ours, or gone/unreadable: no rival
+            return True
+        self._lost.set()
+        log.warning("profcallbacks: this run lost its marker %s to another run (pid %s on %s), "
+                    "probably after being suspended for longer than %.0f s; it stops writing the "
+                    "log directory's shared files and writes its own to names of this run; "
+                    "training goes on.", self.path, holder.get("pid", "?"), holder.get("host", "?"),
+                    STALE_S)
+        return False
+
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
+            if not self.check():
+                return
             with contextlib.suppress(OSError):  # a full or read-only disk: the sinks warn
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)
 
 
 def _read_marker(path: Path) -> dict[str, Any]:
     """The marker's JSON (``{}`` when unreadable); never blocks on a FIFO, reads at most 4 KiB."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return {}
     try:
@@ -145,13 +169,13 @@ def _age_s(path: Path) -> float:
     """Seconds since ``path`` was modified, by the clock of the file system that holds it."""
     probe = path.with_name(f".clock-{uuid.uuid4().hex}")
     try:
-        probe.write_bytes(b"")
+        write_new(probe, b"")
         now = probe.stat().st_mtime
         probe.unlink()
     except OSError:
         now = time.time()
     try:
-        return max(now - path.stat().st_mtime, 0.0)
+        return max(now - path.lstat().st_mtime, 0.0)
     except OSError:
         return float("inf")
 

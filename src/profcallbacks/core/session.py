@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
@@ -16,6 +15,7 @@ from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.runlock import RunLock, claim_logdir
+from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
 from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
 from profcallbacks.detect.base import Detector, StepAuditor
@@ -513,14 +513,19 @@ def _prepare_logdir(logdir: Path) -> Path:
                                  "(it is created if missing).")
     meta = logdir / META_DIR
     try:
-        meta.mkdir(parents=True, exist_ok=True)
+        logdir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(meta)  # a real directory: never a link planted in a shared logdir
         for where in (logdir, meta):  # captures and TensorBoard write to the root, the files to meta
-            probe = where / f".write-test-{os.getpid()}"
-            probe.write_text("ok")
+            probe = where / fresh_name(".write-test-")  # a name nobody could plant in advance
+            write_new(probe, b"ok")
             probe.unlink()
+    except UnsafeEntryError as exc:
+        raise PermissionError(f"logdir={str(logdir)!r} cannot be used: {exc.strerror}. Remove "
+                              f"{str(meta)!r} or pass a log directory of your own.") from exc
     except OSError as exc:
         raise PermissionError(f"logdir={str(logdir)!r} is not writable ({exc.strerror}); pass a "
                               "directory this process can write to.") from exc
+    warn_if_shared(logdir)
     return meta
 
 

@@ -51,7 +51,9 @@ def describe_loader(obj: object) -> LoaderInfo:
 
     Returns:
         ``{"type", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
-        "batch_size", "collate_fn", "dataset", "cpus", "cuda"}``; keys the loader lacks are absent.
+        "batch_size", "collate_fn", "dataset", "sampler", "epoch_ends", "cpus", "cuda"}``; keys
+        the loader lacks are absent. ``epoch_ends`` is ``False`` for a loader without a length
+        (an ``IterableDataset`` or a sampler that never ends an epoch).
         ``collate_fn`` names the function inside known wrappers (``collate_wrappers``: their
         names, outermost first), e.g. ``default_data_collator`` inside the HF Trainer's
         ``RemoveColumnsCollator``.
@@ -76,7 +78,9 @@ def describe_loader(obj: object) -> LoaderInfo:
                     persistent_workers=bool(loader.persistent_workers),
                     prefetch_factor=loader.prefetch_factor, batch_size=loader.batch_size,
                     collate_fn=collate,
-                    dataset=type(loader.dataset).__name__)
+                    dataset=type(loader.dataset).__name__,
+                    sampler=type(getattr(loader, "sampler", None)).__name__,
+                    epoch_ends=_has_length(loader))
     try:
         import torch
 
@@ -84,6 +88,14 @@ def describe_loader(obj: object) -> LoaderInfo:
     except Exception:  # a broken CUDA install must not stop training
         info["cuda"] = False
     return info
+
+
+def _has_length(loader: object) -> bool:
+    try:
+        len(loader)  # type: ignore[arg-type]
+    except Exception:  # TypeError for an IterableDataset or an endless sampler, anything from user code
+        return False
+    return True
 
 
 def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> list[str]:
@@ -98,7 +110,7 @@ def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> li
     workers = info.get("num_workers")
     cpus = info.get("cpus", 1)
     if startup:
-        if workers and not info.get("persistent_workers"):
+        if workers and not info.get("persistent_workers") and info.get("epoch_ends") is not False:
             advice.append("set persistent_workers=True so workers survive between epochs")
         elif workers == 0:
             advice.append("the first batch is built on the training thread; a slow dataset "

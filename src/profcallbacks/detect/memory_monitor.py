@@ -8,10 +8,12 @@ pending, so steps outside those pay nothing.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.window import TraceCapture
+from profcallbacks.core.safefs import make_private_dir, remove_own_tree
 from profcallbacks.detect.memory import (
     CUDA_ALLOCATED,
     PROCESS_RSS,
@@ -184,10 +186,13 @@ class MemoryMonitor:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return None
         path = memory_snapshot_file(self._logdir, self._rank, self._capture_step)
-        try:
-            torch.cuda.memory._dump_snapshot(str(path))
+        private = make_private_dir(path.parent, ".memory-")  # torch writes by path: never
+        try:  # through a link planted under the snapshot's predictable name
+            torch.cuda.memory._dump_snapshot(str(private / path.name))
+            os.replace(private / path.name, path)  # replaces a planted link, not its target
         finally:
             self._stop_cuda_history()
+            remove_own_tree(private, inside=path.parent)
         return path
 
     def _stop_cuda_history(self) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report import gpu as gpu_mod
+from profcallbacks.report.advice import RunContext
 from profcallbacks.report.events import scan
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.host import host_side
 from profcallbacks.report.verdict import decide
 
@@ -19,7 +20,8 @@ UNHEALTHY_TRIGGERS = frozenset({"slowdown", "memory", "validation"})
 """Captures that are not ordinary training steps: taken because steps were slow, under the memory
 spy (``profile_memory`` plus a dispatch mode), or of a whole evaluation; left out of the run's
 verdict and mean breakdown, and never the "before" of a slowdown diagnosis."""
-_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms")
+_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
+                "comm_exposed_ms")
 
 
 def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
@@ -42,7 +44,7 @@ def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
     metrics["steps"] = len(host["per_step"])
     metrics["gpu"] = gpu
     metrics["top_syncs"] = [dict(r, ms=r["ms"] / n_steps) for r in host["top_syncs"]]
-    ops = [(n, r) for n, r in cpu_ops.items() if not n.startswith(DATALOADER_PREFIXES)]
+    ops = [(n, r) for n, r in cpu_ops.items() if not n.startswith(LOADER_PREFIXES)]
     metrics["top_cpu_ops"] = [{"name": n, "self_ms": r[1] / n_steps}
                               for n, r in sorted(ops, key=lambda kv: -kv[1][1])[:top]]
     return {"gpu": gpu, "gpu_breakdown": gpu_mod.public(gpu), "host": host, "metrics": metrics,
@@ -97,18 +99,45 @@ def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any]:
-    """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture."""
+def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
+                     context: RunContext | None = None,
+                     previous: str | None = None) -> dict[str, Any]:
+    """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture.
+
+    ``previous`` is the verdict kind of the run's previous healthy capture (``decide``'s
+    hysteresis); ``context`` fits the advice to the run.
+    """
     metrics = pool([f["metrics"] for f in files])
-    return {"metrics": metrics, "verdict": decide(metrics, sync_sites) if metrics else None}
+    return {"metrics": metrics,
+            "verdict": decide(metrics, sync_sites, context=context, previous=previous)
+            if metrics else None}
 
 
-def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str]) -> dict[str, Any] | None:
-    """The run's verdict over its healthy captures (all captures when none is healthy)."""
+def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,
+                context: RunContext | None = None) -> dict[str, Any] | None:
+    """The run's verdict over its healthy captures (all captures when none is healthy).
+
+    A close call keeps the kind most of those captures got (hysteresis over the run).
+    """
     healthy = [c for c in captures if c.get("trigger") not in UNHEALTHY_TRIGGERS and c.get("metrics")]
     chosen = healthy or [c for c in captures if c.get("metrics")]
     metrics = pool([c["metrics"] for c in chosen])
-    return decide(metrics, sync_sites) if metrics else None
+    kinds = [c["verdict"]["kind"] for c in chosen if c.get("verdict")]
+    usual = max(kinds, key=kinds.count) if kinds else None
+    return decide(metrics, sync_sites, context=context, previous=usual) if metrics else None
+
+
+def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
+                  context: RunContext | None = None) -> list[dict[str, Any]]:
+    """Each rank's own verdict in one capture: ``{"rank", "kind", "share", "close_to"}``."""
+    out = []
+    for f in files:
+        metrics = pool([f["metrics"]])
+        verdict = decide(metrics, sync_sites, context=context) if metrics else None
+        if verdict is not None:
+            out.append({"rank": f.get("rank"), "kind": verdict["kind"], "share": verdict["share"],
+                        "close_to": verdict["close_to"]})
+    return out
 
 
 def public_metrics(metrics: dict[str, Any] | None) -> dict[str, Any] | None:

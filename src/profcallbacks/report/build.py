@@ -6,19 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks._version import __version__
-from profcallbacks.findings import (
-    DATALOADER_STALL,
-    MEMORY_CREEP,
-    MEMORY_SITES,
-    OUT_OF_MEMORY,
-    STEP_SLOWDOWN,
-    STRAGGLER,
-    SYNC_POINT,
-)
+from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
+from profcallbacks.report.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analysis import (
     UNHEALTHY_TRIGGERS,
     capture_analysis,
     public_metrics,
+    rank_verdicts,
     run_verdict,
 )
 from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
@@ -29,28 +23,9 @@ from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
 _SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
-
-ADVICE = {
-    DATALOADER_STALL: "Feed the training loop faster: raise DataLoader num_workers, set "
-                        "pin_memory=True and persistent_workers=True, raise prefetch_factor, or "
-                        "move slow decoding and augmentation out of __getitem__/collate.",
-    SYNC_POINT: "Keep values on the device inside the step: log .item()/.cpu()/.tolist() every N "
-                  "steps, replace nonzero/boolean-mask indexing with torch.where or masked ops.",
-    STEP_SLOWDOWN: "Open the slowdown capture in TensorBoard or Perfetto and compare its top "
-                     "operators and data wait with an earlier capture of normal steps.",
-    STRAGGLER: "Look at the slow rank's host (other jobs, throttling, slower disk or network) "
-                 "and at its data shard; every other rank waits for it at each all-reduce.",
-    MEMORY_CREEP: "Find what keeps tensors from step to step (the memory_sites finding names the "
-                  "lines): lists of losses or outputs (store loss.item() or .detach() every N "
-                  "steps), caches keyed by batch, graphs kept through retain_graph.",
-    MEMORY_SITES: "Free or detach what these lines keep, or keep it on the host in bounded form.",
-    OUT_OF_MEMORY: "Lower the batch size or sequence length, use activation checkpointing or "
-                   "mixed precision, and check the memory_creep/memory_sites findings before it.",
-}
-
 
 class NoRunError(Exception):
     """The path holds no readable run; ``str()`` says why."""
@@ -96,7 +71,7 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     findings = _read_findings(run, problems)
     traces: list[TraceSummary] = []
     healthy: list[TraceSummary] = []
-    captures = []
+    captures: list[dict[str, Any]] = []
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
@@ -117,50 +92,68 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
                                      f"malformed event(s), e.g. {summary.bad_example}"})
                 if capture.trigger not in UNHEALTHY_TRIGGERS:
                     healthy.append(summary)
+                not_understood = summary.format.problem()
+                if not_understood:
+                    problems.append({"file": str(path), "error": not_understood})
                 analysis = summary.analysis or {}
                 problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
                              if not (summary.bad_events and p.startswith("skipped"))]  # said above
-                if analysis:
-                    analyses.append(analysis)
+                if analysis and not not_understood:  # no verdict from operators it cannot see
+                    analyses.append(dict(analysis, rank=summary.rank))
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
                              host_steps=analysis.get("host", {}).get("per_step", []),
-                             export_overlap=summary.export_overlap, budget=summary.budget)
+                             export_overlap=summary.export_overlap,
+                             trace_format=summary.format.public(), budget=summary.budget)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
-        pooled = capture_analysis(analyses, sync_sites)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "first_step": capture.first_step, "steps": steps,
-                         "partial": capture.partial, "files": files,
-                         "verdict": pooled["verdict"], "metrics": pooled["metrics"],
+                         "partial": capture.partial, "files": files, "analyses": analyses,
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
                          "export_overlap": any(f.get("export_overlap") for f in files),
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged
                          else None})
-    verdict = run_verdict(captures, sync_sites)
+    names = {n for t in traces for n in t.cpu_ops}
+    context = run_context([t.format for t in traces], findings, names,
+                          max([1] + [t.world_size for t in traces]))
+    previous: str | None = None
+    for c in captures:
+        pooled = capture_analysis(c["analyses"], sync_sites, context=context, previous=previous)
+        c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
+        c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
+        c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
+        del c["analyses"]
+        if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
+            previous = c["verdict"]["kind"]
+    verdict = run_verdict(captures, sync_sites, context=context)
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])
+    foreign = not (run.steps_files or run.findings_files) and all(c.trigger is None
+                                                                  for c in run.captures)
     return {
         "schema_version": SCHEMA_VERSION,
+        "foreign": foreign,
         "generator": f"profcallbacks {__version__}",
         "logdir": str(run.root),
         "world_size": world_size,
         "ranks": ranks,
         "steps": step_stats(intervals),
         "verdict": verdict,
+        "run_context": context.public(),
         "breakdown": breakdown(healthy or traces),
         "captures": captures,
         "top_operators": top_operators(traces, top),
         "findings": findings,
-        "findings_by_kind": group_findings(findings),
+        "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
         "removed_captures": removed_captures(run.root, problems),
         "problems": problems,
@@ -183,23 +176,56 @@ def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[s
     return findings
 
 
-def group_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per kind: count, worst severity, ranks, step range, messages and advice."""
+def group_findings(findings: list[dict[str, Any]], context: RunContext | None = None,
+                   verdict: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One entry per kind: count, worst severity, ranks, step range, messages and advice.
+
+    A finding's own advice (``details["advice"]``) is the group's advice and is cut from its
+    messages (it is shown once); ``advice_in_verdict`` says the verdict gives that same advice.
+    """
     groups: dict[str, list[dict[str, Any]]] = {}
     for finding in findings:
         groups.setdefault(str(finding["kind"]), []).append(finding)
     out: list[dict[str, Any]] = []
+    shown = " ".join(verdict.get("advice", [])) if verdict else ""
     for kind, items in groups.items():
         severity = max((str(f["severity"]) for f in items), key=lambda s: _SEVERITY_ORDER.get(s, -1))
-        advice = next((a for a in map(_advice, items) if a), ADVICE.get(kind))
-        messages = list(dict.fromkeys(str(f["message"]) for f in items))
+        advice = next((a for a in map(_advice, items) if a), None) or finding_advice(kind, context)
+        messages = list(dict.fromkeys(without_advice(str(f["message"])) for f in items))
         out.append({"kind": kind, "count": len(items), "severity": severity,
                     "ranks": sorted({_int(f["rank"]) for f in items}),
                     "first_step": min(_int(f["step"]) for f in items),
                     "last_step": max(_int(f["step"]) for f in items),
-                    "messages": messages[:5], "advice": advice})
+                    "messages": messages[:5], "advice": advice,
+                    "advice_in_verdict": _same_advice(advice, shown) or (
+                        kind == CAPTURE_VERDICT and verdict is not None
+                        and any(f["details"].get("kind") == verdict["kind"] for f in items))})
     out.sort(key=lambda g: (-_SEVERITY_ORDER.get(g["severity"], -1), -g["count"], g["kind"]))
     return out
+
+
+def _same_advice(advice: str | None, shown: str) -> bool:
+    return bool(advice and shown) and str(advice).rstrip(". ").split(";")[0].strip() in shown
+
+
+def ranks_differ(verdicts: list[dict[str, Any]]) -> str | None:
+    """Which rank got another verdict than the others in one capture, and why; ``None`` if none.
+
+    Ranks whose kinds differ only by a close call (one's kind is the other's ``close_to``) do the
+    same work within the verdict's margin: the sentence says so.
+    """
+    kinds = [v["kind"] for v in verdicts]
+    if len(set(kinds)) <= 1:
+        return None
+    usual = max(kinds, key=kinds.count)
+    odd = [v for v in verdicts if v["kind"] != usual]
+    close = all(v["close_to"] == usual for v in odd) or all(
+        u["close_to"] in {v["kind"] for v in odd} for u in verdicts if u["kind"] == usual)
+    ranks = ", ".join(f"rank {v['rank']} {v['kind']} ({v['share']:.0%})" for v in odd)
+    if close:
+        return f"{ranks} against {usual} on the others: a close call within the margin, same work"
+    return (f"{ranks} against {usual} on the others: that rank spends its step differently "
+            "(see its numbers in the capture's files)")
 
 
 def _advice(finding: dict[str, Any]) -> str | None:

@@ -89,12 +89,14 @@ def _findings(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str
 def render_compare_text(cmp: dict[str, Any]) -> str:
     """The comparison as plain text."""
     out = ["profcallbacks compare", f"  A: {cmp['a']}", f"  B: {cmp['b']}", ""]
-    out.append("Step time (whole run)                A            B       change")
     labels = {"mean_ms": "mean step", "median_ms": "median step", "max_ms": "max step",
               "data_wait_ms": "data wait per step", "data_wait_share": "data-wait share"}
-    for key, label in labels.items():
-        out.append(_line(label, cmp["steps"][key], share=key == "data_wait_share"))
-    out += ["", "Traced steps (mean per ProfilerStep range)"]
+    if any(c["a"] is not None or c["b"] is not None for c in cmp["steps"].values()):
+        out.append("Step time (whole run)                A            B       change")
+        for key, label in labels.items():
+            out.append(_line(label, cmp["steps"][key], share=key == "data_wait_share"))
+        out.append("")  # traces alone (no step summaries on either side): nothing to show here
+    out += ["Traced steps (mean per ProfilerStep range)"]
     for key, label in (("step_ms", "step"), ("data_wait_ms", "data wait"), ("compute_ms", "compute"),
                        ("other_ms", "other"), ("gpu_kernel_ms", "GPU kernels busy")):
         out.append(_line(label, cmp["breakdown"][key]))

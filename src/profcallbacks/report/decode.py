@@ -46,11 +46,12 @@ try:
         args: Args | list[Any] | str | int | float | bool | None | msgspec.UnsetType = MISSING
 
     class Trace(msgspec.Struct, gc=False):
-        """A Chrome trace: its events and the two blocks the report reads."""
+        """A Chrome trace: its events and the blocks the report reads."""
 
         traceEvents: list[Event | list[Any] | str | int | float | bool | None]
         profcallbacks: Any = None
         distributedInfo: Any = None
+        deviceProperties: Any = None
 
     _decoder: Any = msgspec.json.Decoder(Trace)
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
@@ -81,14 +82,14 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
             self.tid, self.ts, self.dur, self.args = tid, ts, dur, args
 
     class Trace:  # type: ignore[no-redef]
-        """A Chrome trace: its events and the two blocks the report reads."""
+        """A Chrome trace: its events and the blocks the report reads."""
 
-        __slots__ = ("traceEvents", "profcallbacks", "distributedInfo")
+        __slots__ = ("traceEvents", "profcallbacks", "distributedInfo", "deviceProperties")
 
         def __init__(self, traceEvents: list[Any], profcallbacks: Any = None,  # noqa: N803
-                     distributedInfo: Any = None) -> None:  # noqa: N803
+                     distributedInfo: Any = None, deviceProperties: Any = None) -> None:  # noqa: N803
             self.traceEvents, self.profcallbacks = traceEvents, profcallbacks
-            self.distributedInfo = distributedInfo
+            self.distributedInfo, self.deviceProperties = distributedInfo, deviceProperties
 
 def _event(value: Any) -> Any:
     if not isinstance(value, dict):
@@ -110,7 +111,8 @@ def slim(trace: Any, path: Path) -> Trace:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ReadError(path, "not a Chrome trace (no traceEvents list)")
     return Trace(traceEvents=[_event(e) for e in trace["traceEvents"]],
-                 profcallbacks=trace.get("profcallbacks"), distributedInfo=trace.get("distributedInfo"))
+                 profcallbacks=trace.get("profcallbacks"), distributedInfo=trace.get("distributedInfo"),
+                 deviceProperties=trace.get("deviceProperties"))
 
 
 def load_trace(path: Path) -> Trace:

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event
+from profcallbacks.report.generations import LOADER_PREFIXES
 
 Interval = tuple[float, float]
 Row = tuple[float, float, str, int, int]  # ts, end, name, stream, correlation (us)
@@ -24,9 +24,12 @@ DEVICE_SYNCS = frozenset({"Event Sync", "Context Sync"})
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                         "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyPeer", "aten::_local_scalar_dense",
                         "aten::item"})
-COMM_PREFIXES = ("nccl:", "c10d::", "record_param_comms")
+COMM_PREFIXES = ("nccl:", "c10d::", "gloo:", "record_param_comms")
+"""Host-side collective ranges: torch.distributed's ops (``c10d::allreduce_`` ...), the backends'
+own ranges on their worker threads (``gloo:all_reduce``, ``nccl:all_reduce``) and the wrapper
+torch records around each collective (``record_param_comms``)."""
 STEP_PREFIX = "ProfilerStep#"
-_MARKED = (STEP_PREFIX, *DATALOADER_PREFIXES, "Optimizer.step#", *COMM_PREFIXES)
+_MARKED = (STEP_PREFIX, *LOADER_PREFIXES, "Optimizer.step#", *COMM_PREFIXES)
 _HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 
 
@@ -43,6 +46,7 @@ class Scan:
     blocking_copies: set[int] = field(default_factory=set)
     optimizer: list[Interval] = field(default_factory=list)
     comm: list[Interval] = field(default_factory=list)
+    comm_ops: list[Interval] = field(default_factory=list)  # the cpu_op ones (the calling thread)
     data: list[Interval] = field(default_factory=list)
     ops: list[Interval] = field(default_factory=list)
     plain_ops: list[Event] = field(default_factory=list)  # other cpu_op events, unchecked
@@ -100,7 +104,7 @@ def scan(events: list[Any]) -> Scan:
         args = event.args
         if name.startswith(_MARKED) and cat in _HOST_CATS:
             lo, hi = min(lo, ts), max(hi, end)
-            _marked(out, ts, end, name, args)
+            _marked(out, ts, end, name, args, cat)
             continue
         if cat in DEVICE_CATS:
             out.device_events += 1
@@ -138,17 +142,19 @@ def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
     return ops, lo, hi
 
 
-def _marked(out: Scan, ts: float, end: float, name: str, args: Any) -> None:
+def _marked(out: Scan, ts: float, end: float, name: str, args: Any, cat: str) -> None:
     """A step range, dataloader fetch, optimizer step or communication call (any host category)."""
     if name.startswith(STEP_PREFIX):
         out.step_names.add(name)
         out.host.append((math.ceil(ts) if isinstance(ts, float) else ts, -1, True))
         out.steps.append((ts, end, name, isinstance(args, Args) and bool(args.profcallbacks)))
-    elif name.startswith(DATALOADER_PREFIXES):
+    elif name.startswith(LOADER_PREFIXES):
         out.data.append((ts, end))
     elif name.startswith("Optimizer.step#"):
         out.optimizer.append((ts, end))
         out.ops.append((ts, end))
     else:
         out.comm.append((ts, end))
-        out.ops.append((ts, end))
+        if cat == "cpu_op":
+            out.comm_ops.append((ts, end))
+            out.ops.append((ts, end))

@@ -10,11 +10,16 @@ Per ``ProfilerStep#N`` range (the whole traced span when the trace has none), in
 - ``cpu_ops_ms``: time covered by CPU operators, data wait excluded;
 - ``optimizer_ms``: time covered by ``Optimizer.step#...`` ranges;
 - ``comm_call_ms``: time covered by host-side communication calls (``nccl:*``, ``c10d::*``,
-  ``record_param_comms``).
+  ``gloo:*``, ``record_param_comms``), on any thread;
+- ``comm_exposed_ms``: the part of ``comm_call_ms`` during which no CPU operator computes: the
+  operators that enclose a communication call (the backward op whose hook launched it) or lie
+  inside one (its own bookkeeping) are not compute. On CPU runs this is what the step loses to
+  communication, as HTA's exposed communication is on the GPU timeline.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from profcallbacks.report.events import Scan, op_intervals
@@ -45,7 +50,11 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         whole_span = hi > lo
         ranges = [(lo, hi, -1)] if whole_span else []
     merged = {"sync_ms": merge((s, e) for s, e, _ in syncs), "optimizer_ms": merge(found.optimizer),
-              "comm_call_ms": merge(found.comm)}
+              "comm_call_ms": merge(found.comm), "comm_exposed_ms": []}
+    if found.comm:
+        if ops is None:
+            ops = op_intervals(found)[0]
+        merged["comm_exposed_ms"] = subtract(merged["comm_call_ms"], merge(_compute(ops, found)))
     by_step = {s["step"]: s for s in steps or []} if len(steps or []) == len(ranges) else {}
     if not by_step:
         data = merge(found.data)
@@ -70,7 +79,8 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         acc[0] += 1
         acc[1] += (e - s) / 1e3
     n = max(len(per_step), 1)
-    keys = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms")
+    keys = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
+            "comm_exposed_ms")
     return {
         "per_step": per_step,
         "whole_span": whole_span,
@@ -78,6 +88,26 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         "top_syncs": [{"name": k, "calls": int(v[0]), "ms": v[1]}
                       for k, v in sorted(by_call.items(), key=lambda kv: -kv[1][1])[:top]],
     }
+
+
+def _compute(ops: list[tuple[float, float]], found: Scan) -> list[tuple[float, float]]:
+    """The operator intervals that compute: not a communication call, not enclosing one, not
+    inside one made on the calling thread (``Scan.comm_ops``)."""
+    calls = merge(found.comm_ops)
+    starts = sorted(s for s, _ in found.comm)
+    inner = {iv for iv in found.comm}
+    out = []
+    for s, e in ops:
+        if (s, e) in inner:
+            continue
+        i = bisect.bisect_left(starts, s)
+        if i < len(starts) and starts[i] < e:  # encloses a communication call
+            continue
+        j = bisect.bisect_right(calls, (s, float("inf"))) - 1
+        if j >= 0 and calls[j][0] <= s and e <= calls[j][1]:  # inside a call
+            continue
+        out.append((s, e))
+    return out
 
 
 def _number(name: str) -> int:

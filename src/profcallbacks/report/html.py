@@ -10,12 +10,14 @@ import json
 from html import escape
 from typing import Any
 
+from profcallbacks.report.advice import without_advice
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_html
 from profcallbacks.report.plot import step_time_svg
 from profcallbacks.report.safe import visible
 from profcallbacks.report.text import step_spread
+from profcallbacks.report.verdict import label
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1000px;
@@ -82,10 +84,6 @@ def render_html(report: dict[str, Any]) -> str:
 def _verdict_panel(report: dict[str, Any]) -> str:
     """What bounds the run, with evidence and advice, then each capture's verdict and GPU shares."""
     verdict = report.get("verdict")
-    if not verdict:
-        return "<div class=verdict id=verdict><h2>Verdict</h2><p>None: no traced steps.</p></div>"
-    evidence = "".join(f"<li>{_e(line)}</li>" for line in verdict["evidence"])
-    advice = "".join(f"<li class=advice>{_e(line)}</li>" for line in verdict["advice"])
     rows = []
     for c in report["captures"]:
         v = c.get("verdict") or {}
@@ -94,11 +92,19 @@ def _verdict_panel(report: dict[str, Any]) -> str:
                         f"non-compute {_pct(g['non_compute_share'])}, comm overlap "
                         f"{_pct(g['comm_overlap_share'])}" for g in shares) or "-"
         rows.append([f"<code>{_e(c['directory'])}</code>", _e(c["trigger"] or "-"),
-                     _e(v.get("kind", "-")), _pct(v.get("share")), _e(gpu)])
+                     _e(label(v) if v else "-"), _pct(v.get("share")), _e(gpu)])
     table = _table(["capture", "trigger", "verdict", "share", "GPU breakdown"], rows, {3}) \
         if len(rows) > 1 or any(r[4] != "-" for r in rows) else ""
+    if not verdict:  # the GPU shares of the captures still show
+        read = sum(1 for c in report["captures"] for f in c["files"] if f.get("readable"))
+        why = (f"{read} trace(s) read, none with steps or operators it understands (see the "
+               "problems below)") if read else "no trace could be read"
+        return f"<div class=verdict id=verdict><h2>Verdict</h2><p>None: {_e(why)}.</p>{table}</div>"
+    evidence = "".join(f"<li>{_e(line)}</li>" for line in verdict["evidence"])
+    advice = "".join(f"<li class=advice>{_e(line)}</li>" for line in verdict["advice"])
+    close = f" / {_e(verdict['close_to'].replace('_', ' '))} (close)" if verdict.get("close_to") else ""
     return (f"<div class=verdict id=verdict data-kind=\"{_e(verdict['kind'])}\"><h2>Verdict: "
-            f"{_e(verdict['kind'].replace('_', ' '))} ({_pct(verdict['share'])})</h2>"
+            f"{_e(verdict['kind'].replace('_', ' '))}{close} ({_pct(verdict['share'])})</h2>"
             f"<ul>{evidence}</ul><p>Try:</p><ul>{advice}</ul>{table}</div>")
 
 
@@ -140,9 +146,10 @@ def _findings(report: dict[str, Any]) -> str:
     for g in groups:
         items = [f for f in report["findings"] if str(f["kind"]) == g["kind"]]
         rows = [[_e(f["step"]), _e(f["rank"]), f'<span class="sev-{_e(f["severity"])}">{_e(f["severity"])}'
-                 f"</span>", _e(f["message"]),
+                 f"</span>", _e(without_advice(str(f["message"]))),
                  _details(f["details"])] for f in items]
-        advice = f'<p class=advice>Advice: {_e(g["advice"])}</p>' if g["advice"] else ""
+        advice = ("<p class=advice>Advice: as in the verdict above</p>" if g.get("advice_in_verdict")
+                  else f'<p class=advice>Advice: {_e(g["advice"])}</p>' if g["advice"] else "")
         out.append(f'<div class="finding" data-kind="{_e(g["kind"])}"><h3>{_e(g["kind"])} '
                    f'<span class="sev-{_e(g["severity"])}">{_e(g["severity"])}</span> '
                    f'&times;{g["count"]}</h3>'

@@ -11,29 +11,36 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES, CaptureInfo
+from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
+from profcallbacks.report.advice import run_context
 from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.reading import gc_paused
 from profcallbacks.report.traces import summarise
-from profcallbacks.report.verdict import decide
+from profcallbacks.report.verdict import decide, label
 
 TOP_CHANGES = 8
 MIN_DELTA_MS = 0.01
 """Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
 
 
-def capture_profile(trace: Trace, info: CaptureInfo) -> dict[str, Any]:
-    """What later captures compare against: per-step metrics, verdict and operator times."""
+def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
+    """What later captures compare against: per-step metrics, verdict and operator times.
+
+    ``previous`` is the verdict kind of the run's previous healthy capture: a close call keeps it.
+    """
     summary = summarise(trace, Path(info.name))
     analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
     metrics = pool([analysis["metrics"]])
     steps = max(len(summary.steps), 1)
+    context = run_context([summary.format], names=summary.cpu_ops,
+                          world_size=info.rank.world_size)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
-            "verdict": decide(metrics) if metrics else None,
+            "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
-                        if not n.startswith(DATALOADER_PREFIXES)},  # that is "data wait"
+                        if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
 
 
@@ -58,7 +65,9 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             trace = slim(trace_file, Path(info.name))
         else:
             trace = load_trace(trace_file)
-        profile = capture_profile(trace, info)
+        earlier = [p["verdict"]["kind"] for p in history
+                   if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
+        profile = capture_profile(trace, info, earlier[-1] if earlier else None)
         del trace
     step = info.steps[-1].step if info.steps else info.first_step
     findings = []
@@ -66,7 +75,7 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     if verdict is not None:
         findings.append(Finding(
             CAPTURE_VERDICT, step, info.rank.rank, "info",
-            f"capture {info.name}: {verdict['kind']} ({verdict['share']:.0%}); "
+            f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
             f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
             {"capture": info.name, **verdict}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]

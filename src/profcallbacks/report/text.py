@@ -11,6 +11,7 @@ from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
 from profcallbacks.report.safe import visible
 from profcallbacks.report.verdict import SHARE_OF
+from profcallbacks.report.verdict import label as verdict_label
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -30,12 +31,17 @@ def render_text(report: dict[str, Any]) -> str:
     out = [f"profcallbacks report: {report['logdir']}",
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
-    out = _verdict_lines(report.get("verdict"), "Verdict") + out
-    out += _steps_section(report["steps"])
-    out += _breakdown_section(report["breakdown"])
+    read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
+    out = _verdict_lines(report.get("verdict"), "Verdict", read) + out
+    if report.get("foreign"):
+        out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
+                "follows is read from the traces alone", ""]
+    else:
+        out += _steps_section(report["steps"])
+    out += _breakdown_section(report["breakdown"], bool(report.get("foreign")))
     out += _captures_section(report["captures"])
     out += budget_lines(report)
-    out += _operators_section(report["top_operators"])
+    out += _operators_section(report["top_operators"], read)
     out += memory_text(report.get("memory"))
     out += _findings_section(report["findings_by_kind"])
     if report["problems"]:
@@ -80,7 +86,9 @@ def _steps_section(steps: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def _breakdown_section(bd: dict[str, Any] | None) -> list[str]:
+def _breakdown_section(bd: dict[str, Any] | None, foreign: bool = False) -> list[str]:
+    if bd is None and foreign:
+        return []  # traces without ProfilerStep ranges: the captures below say what they hold
     out = ["Breakdown of the traced steps (mean per ProfilerStep range, healthy captures: not "
            "slowdown ones)"]
     if bd is None:
@@ -102,18 +110,25 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
     for c in captures:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
-        kind = (c.get("verdict") or {}).get("kind", "-")
+        kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
                      + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
     for c in captures:
         for f in c["files"]:
+            fmt = f.get("trace_format") or {}
+            if fmt and (fmt["generation"] != "torch 2.x" or not fmt["steps"]):
+                out.append(f"  format {f['path']}: {fmt['generation']}, {fmt['cpu_ops']} CPU "
+                           f"operators, {fmt['steps']} ProfilerStep ranges, {fmt['loader_ranges']} "
+                           f"DataLoader ranges, {fmt['device_events']} GPU events")
             gb = f.get("gpu_breakdown")
             if gb:
                 overlap = gb["comm_overlap_share"]
                 out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
                            f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
                            f", comm overlap {_pct(overlap)}")
+        if c.get("ranks_differ"):
+            out.append(f"  {c['directory']}: ranks differ: {c['ranks_differ']}")
         bd = c.get("breakdown")
         if len(captures) > 1 and bd:
             out.append(f"  {c['directory']}: step {_ms(bd['step_ms'])}, data wait "
@@ -124,13 +139,22 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
     return out + ([""] if out[-1] else [])
 
 
-def _verdict_lines(verdict: dict[str, Any] | None, title: str) -> list[str]:
+def _verdict_lines(verdict: dict[str, Any] | None, title: str,
+                   read: list[dict[str, Any]] | None = None) -> list[str]:
     """The verdict in one line, then its evidence and advice."""
     if not verdict:
-        return [f"{title}: none (no traced steps)", ""]
+        if read is None:
+            return [f"{title}: none (no traced steps)", ""]
+        if not read:
+            return [f"{title}: none (no trace could be read)", ""]
+        return [f"{title}: none ({len(read)} trace(s) read, none with steps or operators it "
+                "understands: see the formats and problems below)", ""]
     indent = " " * (len(title) - len(title.lstrip()) + 2)
-    basis = SHARE_OF.get(verdict["kind"], "step")
-    out = [f"{title}: {verdict['kind'].upper()} ({verdict['share']:.0%} of the {basis})"]
+    basis = verdict.get("share_of") or SHARE_OF.get(verdict["kind"], "step")
+    head = verdict_label(verdict)
+    out = [f"{title}: {head.replace(verdict['kind'], verdict['kind'].upper(), 1)} "
+           f"({verdict['share']:.0%} of the {basis})"
+           + (" (kept from the run's earlier captures)" if verdict.get("held") else "")]
     for line in verdict["evidence"]:
         out += textwrap.wrap(line, 100, initial_indent=indent + "- ",
                              subsequent_indent=indent + "  ")
@@ -140,7 +164,8 @@ def _verdict_lines(verdict: dict[str, Any] | None, title: str) -> list[str]:
     return out + [""]
 
 
-def _operators_section(ops: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _operators_section(ops: dict[str, list[dict[str, Any]]],
+                       read: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for key, title in (("cpu", "Top CPU operators by self time"), ("gpu", "Top GPU kernels by time")):
         if not ops[key]:
@@ -148,7 +173,12 @@ def _operators_section(ops: dict[str, list[dict[str, Any]]]) -> list[str]:
         rows = [[_cut(o["name"]), str(o["calls"]), _ms(o["self_ms"]), _ms(o["self_ms_per_step"])]
                 for o in ops[key]]
         out += [title] + _table(["operator", "calls", "self", "per step"], rows) + [""]
-    return out or ["Top operators", "  no traces could be read", ""]
+    if out:
+        return out
+    if not read:
+        return ["Top operators", "  no trace could be read", ""]
+    return ["Top operators", f"  none: {len(read)} trace(s) read, holding no CPU operator or GPU "
+            "kernel the report understands (see below)", ""]
 
 
 def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
@@ -161,7 +191,9 @@ def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
                    f"{g['first_step']}-{g['last_step']}, rank(s) {ranks}")
         for message in g["messages"]:
             out += textwrap.wrap(message, 100, initial_indent="    - ", subsequent_indent="      ")
-        if g["advice"]:
+        if g.get("advice_in_verdict"):
+            out.append("    advice: as in the verdict above")
+        elif g["advice"]:
             out += textwrap.wrap(g["advice"], 100, initial_indent="    advice: ",
                                  subsequent_indent="      ")
     return out + [""]

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
 from profcallbacks.report.analysis import analyse_events
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
+from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, normalise
 from profcallbacks.report.intervals import covered, merge, subtract
 from profcallbacks.report.reading import ReadError, gc_paused
 from profcallbacks.report.reading import as_int as _int
@@ -53,6 +53,7 @@ class TraceSummary:
     bad_events: int = 0  # events skipped as malformed (not an object, ts/dur not numbers, ...)
     bad_example: str = ""  # why the first of them was skipped
     analysis: dict[str, Any] | None = None  # report/analysis.py: GPU breakdown, host side, metrics
+    format: TraceFormat = field(default_factory=TraceFormat)  # report/generations.py
 
 
 def summarise_file(path: Path) -> TraceSummary:
@@ -79,7 +80,12 @@ def summarise_file(path: Path) -> TraceSummary:
 
 
 def summarise(trace: Trace, path: Path) -> TraceSummary:
-    """Summarises a decoded Chrome trace (see the module docstring for the definitions)."""
+    """Summarises a decoded Chrome trace (see the module docstring for the definitions).
+
+    The trace is first rewritten into the torch 2.x vocabulary (report/generations.py), in place:
+    the analyses that read it afterwards see the same categories.
+    """
+    found = normalise(trace)
     meta = _block(trace.profcallbacks)
     dist = _block(trace.distributedInfo)
     worker = path.name.split(".")[0]
@@ -89,7 +95,7 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
                            worker=worker, trigger=trigger if isinstance(trigger, str) else None,
                            partial=bool(meta.get("partial")),
-                           export_overlap=meta.get("export_overlap") is True,
+                           export_overlap=meta.get("export_overlap") is True, format=found,
                            budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
                            else None)
 
@@ -182,7 +188,7 @@ def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
                 stack.pop()
             if stack:
                 child[stack[-1][1]] += dur
-            elif name.startswith(DATALOADER_PREFIXES):
+            elif name.startswith(LOADER_PREFIXES):
                 data.append((ts, end))
             else:
                 compute.append((ts, end))

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (
@@ -141,12 +140,14 @@ class CaptureWriter:
             a capture directory with what is there.
         on_published: Called with each published trace file (e.g. live verdicts); its findings
             travel back to the training thread.
-        budget: The byte budget: the process that publishes a capture merges its ranks' traces
-            and keeps the log directory within its bytes (``published.AfterPublish``).
+        after_publish: Called in the process that published a capture, with its directory,
+            trigger and the file names it put there (``published.AfterPublish``: the merged
+            trace of all ranks and the log directory's byte budget).
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 on_published: CaptureHook | None = None, budget: ByteBudget | None = None) -> None:
+                 on_published: CaptureHook | None = None,
+                 after_publish: Callable[[Path, str, list[str]], None] | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
@@ -158,11 +159,7 @@ class CaptureWriter:
         self.exported: list[Path] = []
         self.findings: list[Finding] = []
         self.failures = 0
-        self._after_publish: Any = None
-        if budget is not None:
-            from profcallbacks.capture.published import AfterPublish  # merge: helper side only
-
-            self._after_publish = AfterPublish(logdir, budget)
+        self._after_publish = after_publish
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""

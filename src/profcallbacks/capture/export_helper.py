@@ -31,6 +31,7 @@ from profcallbacks.capture.export import (
     rescue_raw,
 )
 from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.published import AfterPublish
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 
@@ -298,8 +299,10 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
+            budget: ByteBudget | None = message[4]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
-                                   publish_timeout_s=message[3], budget=message[4])
+                                   publish_timeout_s=message[3], after_publish=AfterPublish(
+                                       Path(message[1]), budget) if budget is not None else None)
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
                 writer.on_published = load_hook()

@@ -26,6 +26,7 @@ from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, norma
 from profcallbacks.report.intervals import covered, merge, subtract
 from profcallbacks.report.reading import ReadError, gc_paused
 from profcallbacks.report.reading import as_int as _int
+from profcallbacks.report.stream import STREAM_MIN_BYTES, stream_trace
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
@@ -63,7 +64,7 @@ def summarise_file(path: Path) -> TraceSummary:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = load_trace(path)
+        trace = stream_trace(path) if _disk_bytes(path) >= STREAM_MIN_BYTES else load_trace(path)
         try:
             summary = summarise(trace, path)
         except (ReadError, MemoryError):
@@ -220,3 +221,10 @@ def _key(value: Any) -> Any:
     if value is MISSING:  # as for null
         value = None
     return value if isinstance(value, (int, str)) else str(value)
+
+
+def _disk_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the reader names the error

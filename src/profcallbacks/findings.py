@@ -83,6 +83,10 @@ class FindingsFile:
     def __call__(self, finding: Finding) -> None:
         self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
 
+    def move_to(self, path: Path) -> None:
+        """Write to ``path`` from now on (findings not yet written included)."""
+        self.path = self._out.path = path
+
     def close(self) -> None:
         """Write what is left; never raises."""
         self._out.close()

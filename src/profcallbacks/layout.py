@@ -97,6 +97,14 @@ def findings_file(logdir: Path, rank: int) -> Path:
     return logdir / META_DIR / f"rank{rank}.findings.jsonl"
 
 
+def run_specific_file(path: Path, run: str) -> Path:
+    """``rank0.steps.<run>.jsonl``: where a run that lost the log directory's run marker writes
+    its own lines, never into the file the run now holding the marker writes (readers of
+    ``rank<N>.steps.jsonl`` never see it)."""
+    stem, _, suffix = path.name.rpartition(".")
+    return path.with_name(f"{stem}.{run}.{suffix}")
+
+
 def parse_rank_file(name: str) -> tuple[int, str] | None:
     """``(rank, "steps" | "findings")`` of a per-rank file name, else ``None``."""
     match = RANK_FILE.match(name)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from profcallbacks.capture.triggers import CaptureFileTrigger
 from profcallbacks.capture.window import TraceCapture, wall_ns
 from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.findings import Finding
 from profcallbacks.layout import trace_file_name
 
@@ -61,6 +61,9 @@ class CaptureController:
         self._retired: Any | None = None  # the last exported profiler, freed between steps
         budget = config.budget.capture_bytes if config.budget is not None else None
         self._budget = CaptureBudget(budget, logdir) if budget is not None else None
+        self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
+        """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
+        self._guard = TerminationGuard(lambda: self.on_terminate())
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -194,12 +197,14 @@ class CaptureController:
                     window, options = planned
                     self._planner.shorten(window)
                 capture = self._capture = TraceCapture(options, window)
+                self._guard.arm()
                 if self._exporter is not None and self._exporter.busy:
                     capture.overlaps_export = True  # its trace and the report say so
                     log.info("profcallbacks: capture %s starts while the previous capture is "
                              "still being exported; its trace is marked (export_overlap).",
                              window.dir_name())
-            capture.warm_up() if phase is Phase.WARMUP else capture.record()
+            with held_signals():  # never half started
+                capture.warm_up() if phase is Phase.WARMUP else capture.record()
         except Exception as exc:  # kineto refused (e.g. another profiler is running)
             log.warning("profcallbacks: could not start the profiler at step %d (%s); this "
                         "capture is skipped.", step, exc)
@@ -215,7 +220,9 @@ class CaptureController:
         self._planner.captures_started += 1
         try:
             self._capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
-            self._capture.record()
+            self._guard.arm()
+            with held_signals():
+                self._capture.record()
         except Exception as exc:
             log.warning("profcallbacks: could not start the profiler for %s at step %d (%s); "
                         "this capture is skipped.", trigger, step, exc)
@@ -241,8 +248,11 @@ class CaptureController:
         self._between = None
         if capture is None:
             return
-        with deferred_sigint():  # Ctrl-C now would leave kineto half stopped and lose the trace
-            self._stop_and_submit(capture, partial=partial)
+        try:
+            with held_signals():  # a signal now would leave kineto half stopped, the trace lost
+                self._stop_and_submit(capture, partial=partial)
+        finally:
+            self._guard.disarm()
 
     def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
         try:
@@ -279,26 +289,6 @@ class CaptureController:
             if self._exporter is not None:
                 self._exporter.close(timeout_s=10.0 if failed else 120.0, publish_timeout_s=(
                     0.0 if failed else None))
-
-
-@contextlib.contextmanager
-def deferred_sigint() -> Iterator[None]:
-    """Hold SIGINT until the block is done, then raise ``KeyboardInterrupt`` (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    except ValueError:  # not the main interpreter
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:

@@ -6,7 +6,9 @@ start of the run (on ranks that write traces), at the lowest CPU priority. There
 :class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
 it without holding the training process's GIL. The helper
 reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
-the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles.
+the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles;
+results come back on a pipe of their own (not stdout, where a site's ``sitecustomize`` banner
+or a library's print would land), and the helper's stdout and stderr are the job's.
 """
 
 from __future__ import annotations
@@ -193,12 +195,21 @@ class _Channel:
         self._process: subprocess.Popen[bytes] | None = None
         self._inbox: list[Message] = []
         self._ready = threading.Condition()
+        self._results: IO[bytes] | None = None
 
     def start_process(self) -> None:
         package = str(Path(__file__).resolve().parent.parent)
-        self._process = subprocess.Popen(  # its own session: Ctrl-C stops training, not it
-            [sys.executable, "-c", _BOOT, package], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, close_fds=True, start_new_session=True)
+        results, child_end = os.pipe()  # the helper's results only: its stdout is the job's
+        try:
+            self._process = subprocess.Popen(  # its own session: Ctrl-C stops training, not it
+                [sys.executable, "-c", _BOOT, package, str(child_end)], stdin=subprocess.PIPE,
+                pass_fds=(child_end,), close_fds=True, start_new_session=True)
+        except BaseException:
+            os.close(results)
+            raise
+        finally:
+            os.close(child_end)
+        self._results = os.fdopen(results, "rb")
         threading.Thread(target=self._read, name="profcallbacks-export-reader",
                          daemon=True).start()
 
@@ -235,16 +246,24 @@ class _Channel:
                 self._process.wait(5.0)
             except subprocess.TimeoutExpired:
                 self.kill()
+            self._close_pipes()
         return done
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        """Close the job pipe; the results pipe is closed by its reader thread when it ends."""
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
 
     def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        out = self._process.stdout
+        assert self._results is not None
+        out = self._results
         try:
             while True:
                 message = pickle.load(out)
@@ -254,6 +273,8 @@ class _Channel:
         except (EOFError, OSError, pickle.UnpicklingError):
             pass
         finally:
+            with contextlib.suppress(OSError):
+                out.close()
             self._done.set()
 
     def _receive_here(self) -> Message | None:
@@ -330,12 +351,11 @@ class _LogForwarder(logging.Handler):
 
 
 def main() -> None:
-    """Entry point of the helper process (stdin: jobs, stdout: results)."""
+    """Entry point of the helper process (stdin: jobs; results on the pipe named by argv[2])."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)  # idle CPU only: on a busy machine training keeps the cores it had
     source: IO[bytes] = sys.stdin.buffer
-    sink: IO[bytes] = sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing else may write to the result pipe
+    sink: IO[bytes] = os.fdopen(int(sys.argv[2]), "wb")
 
     def receive() -> Message | None:
         try:

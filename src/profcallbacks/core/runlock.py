@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import stat
 import threading
@@ -58,6 +59,7 @@ class RunLock:
     def __init__(self, logdir: Path) -> None:
         self.logdir = logdir
         self.path = run_lock_file(logdir)
+        self.host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())
         self._token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
@@ -23,7 +24,7 @@ from profcallbacks.detect.defaults import default_auditor
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class ProfilingSession:
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank)
+        self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         slowdown = config.slowdown
         self._baseline_step: int | None = (  # ask for one capture of healthy steps here
             start_step + slowdown.warmup_steps + 1 if config.baseline_capture and slowdown is not None
@@ -88,6 +90,7 @@ class ProfilingSession:
         self._publisher: SummaryPublisher | None = None
         self._findings_file: FindingsFile | None = None
         self._lock: RunLock | None = None
+        self._left_shared = False  # the lock was taken over: own files from then on
         # The block buffer: _ends[0] is when the block's first step began, _ends[k] when its
         # k-th step ended (stored by step_end()); _waits[k] that step's data wait (added to by
         # data_wait() and batch_arrived(), zeroed when a block begins).
@@ -163,6 +166,8 @@ class ProfilingSession:
 
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
+        if self._lock is not None and self._lock.lost and not self._left_shared:
+            self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
     def open(self) -> None:
@@ -313,6 +318,17 @@ class ProfilingSession:
             if self._findings_file is not None:
                 self._findings_file.close()
             self._release_lock()
+
+    def _leave_shared_files(self, lock: RunLock) -> None:
+        """Another run took the log directory over (this one was suspended): write this run's
+        steps and findings to names of its own from now on (the lock warned once)."""
+        self._left_shared = True
+        run = f"{lock.host}-{os.getpid()}"
+        if self._publisher is not None and self._publisher.steps_file is not None:
+            steps = self._publisher.steps_file
+            steps.move_to(run_specific_file(steps.path, run))
+        if self._findings_file is not None:
+            self._findings_file.move_to(run_specific_file(self._findings_file.path, run))
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -474,6 +490,8 @@ class ProfilingSession:
 
     def _publish(self, summary: IntervalSummary, now: float) -> None:
         """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""
+        if self._lock is not None and self._lock.lost and not self._left_shared:
+            self._leave_shared_files(self._lock)
         memory: dict[str, float] = {}
         findings: list[Finding] = []
         if self._memory is not None:

@@ -165,6 +165,10 @@ class StepsFile:
             self._out.append(b"".join([_steps_line(*row) for row in rows]), flush=False)
         self._out.flush()
 
+    def move_to(self, path: Path) -> None:
+        """Write to ``path`` from now on (lines not yet written included)."""
+        self.path = self._out.path = path
+
     def close(self) -> None:
         self.flush()
         self._out.close()
@@ -205,6 +209,10 @@ class SummaryPublisher:
         self._rank = rank
         self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
+
+    @property
+    def steps_file(self) -> StepsFile | None:
+        return self._steps_file
 
     def publish(self, summary: IntervalSummary, extra: dict[str, float],
                 fields: dict[str, float] | None = None) -> None:

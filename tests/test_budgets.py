@@ -199,3 +199,22 @@ def test_budget_options_are_validated():
         ByteBudget(capture_bytes=50_000_000, logdir_bytes=20_000_000)
     with pytest.raises(ValueError, match="budget"):
         StepProfiler(Path("x"), budget=100_000_000)
+
+
+def test_the_size_probe_records_the_first_warmup_step_and_leaves_nothing(tmp_path):
+    model, opt = many_modules()
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=1),
+                        budget=ByteBudget(), **QUIET)
+    enabled = []
+    with prof:
+        for _ in range(6):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            prof.step()
+            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled,
+                            prof.session.capture_open))
+    assert [s for s, on, _ in enabled if on] == [2, 3]  # the probe, then the window
+    assert [s for s, _, window in enabled if window] == [2, 3]
+    assert not (tmp_path / ".profcallbacks-staging").exists()  # the probe's file is gone
+    [file] = trace_files(capture_dirs(tmp_path)[0])
+    assert load_trace(file)["profcallbacks"]["budget"]["probe_bytes_per_step"] > 0

@@ -98,6 +98,11 @@ class CaptureController:
         return self._capture
 
     @property
+    def window_open(self) -> bool:
+        """torch.profiler runs for the current step: a capture, or the byte budget's size probe."""
+        return self._capture is not None or (self._budget is not None and self._budget.probing)
+
+    @property
     def affects_steps(self) -> bool:
         """Step times are not the job's own: a window is open, or an export runs on a thread of
         this process (the fallback when no helper process can start; it takes the GIL).

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from profcallbacks import MemoryConfig, StepProfiler
-from profcallbacks.detect.memory_monitor import MemoryMonitor
 from profcallbacks.detect.memory_sites import MemorySiteSpy
+from profcallbacks.run.memory_monitor import MemoryMonitor
 
 
 def sample_us() -> float:

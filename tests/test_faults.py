@@ -10,7 +10,7 @@ import torch
 
 from helpers import capture_dirs, captured_steps, tiny_model, train_step
 from profcallbacks import ProfilerConfig, Schedule, StepProfiler, TraceOptions
-from profcallbacks.capture import export_helper
+from profcallbacks.capture import exporter as export_helper
 
 
 def test_file_path_logdir_fails_at_enter(tmp_path):
@@ -135,8 +135,8 @@ def test_a_raw_trace_orjson_refuses_is_still_written(tmp_path):
     not write it): the standard library takes over and the capture is published."""
     import json
 
-    from profcallbacks.capture.export import CaptureWriter, new_raw_trace_path
     from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
+    from profcallbacks.capture.trace_writer import CaptureWriter, new_raw_trace_path
     from profcallbacks.core.ranks import RankInfo
 
     info = CaptureInfo("step000003-manual", "manual", 3, (StepSpan(3, 10_000, 20_000),), False,

@@ -12,8 +12,8 @@ import pytest
 
 from helpers import captured_steps, tiny_model, train_step
 from profcallbacks import StepProfiler
+from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
-from profcallbacks.capture.triggers import CaptureFileTrigger
 
 
 def _train(logdir, steps, *, before_step=None, timeout_s=20.0, **kwargs):
@@ -112,7 +112,7 @@ def test_capture_file_count_above_the_cap_is_lowered_to_it(tmp_path, caplog):
 
 def test_a_requested_window_ends_at_the_cap():
     from profcallbacks.capture.planner import CapturePlanner
-    from profcallbacks.capture.schedule import Phase
+    from profcallbacks.options.schedule import Phase
 
     planner = CapturePlanner(None, max_captures=5)
     planner.request(99999999, "file")  # whatever asks: the window still ends

@@ -16,8 +16,8 @@ import pytest
 
 from helpers import capture_dirs, captured_steps, tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
-from profcallbacks.core.runlock import STALE_S, LogdirInUseError
 from profcallbacks.layout import run_lock_file
+from profcallbacks.run.runlock import STALE_S, LogdirInUseError
 
 
 def _train(logdir, steps=8, **kwargs):

@@ -10,10 +10,10 @@ import time
 
 from helpers import tiny_model, train_step
 from profcallbacks import StepProfiler
-from profcallbacks.core import runlock, sinks
 from profcallbacks.findings import Finding
 from profcallbacks.layout import META_DIR, findings_file, parse_rank_file, run_lock_file, steps_file
 from profcallbacks.report.reading import read_jsonl
+from profcallbacks.run import runlock, sinks
 
 
 def test_a_run_that_lost_its_marker_stops_writing_the_shared_files(tmp_path, monkeypatch, caplog):
@@ -34,6 +34,7 @@ def test_a_run_that_lost_its_marker_stops_writing_the_shared_files(tmp_path, mon
                 while "lost its marker" not in caplog.text and time.monotonic() < deadline:
                     time.sleep(0.02)  # finds the marker taken
             train_step(model, opt)
+            time.sleep(0.03)  # steps long enough that blocks (and their summaries) end often
             prof.step()
             if step == 30:
                 prof.session.emit(Finding("dataloader_stall", step=step, rank=0,

@@ -1,28 +1,19 @@
-"""The step hot path: block processing, detector results equal to per-step processing, bounded
-memory, and windows whose export runs in a helper process."""
+"""The hot path on a fake clock: blocks, equivalence with step-by-step processing, bounded memory,
+summaries."""
 
 from __future__ import annotations
 
-import gc
-import gzip
 import json
-import os
 import random
-import signal
 import sys
-import time
-import weakref
 
 import pytest
-import torch
 
-from helpers import capture_dirs, tiny_model, train_step
-from profcallbacks import ProfilerConfig, ProfilingSession, Schedule, StepProfiler, TraceOptions
-from profcallbacks.capture import export_helper
+from profcallbacks import ProfilerConfig, ProfilingSession, Schedule
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.detect.defaults import default_detectors
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.testing import FakeClock, StepRecorder
 
 
@@ -148,139 +139,6 @@ def test_ten_million_steps_retain_nothing_per_step(tmp_path):
     assert grown < 2_000  # bytes per step retained: 0 (a constant, whatever the step count)
 
 
-def test_export_runs_in_a_helper_process_that_ends_with_the_run(tmp_path):
-    model, opt = tiny_model()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=1, active=2),
-                        tensorboard_scalars=False)
-    with prof:
-        for _ in range(6):
-            train_step(model, opt)
-            prof.step()
-        exporter = prof.session._captures._exporter
-        process = exporter._channel._process
-        assert process is not None and process.pid != os.getpid() and process.poll() is None
-    assert process.poll() is not None  # the helper never outlives the run
-    (capture,) = capture_dirs(tmp_path)
-    (trace_file,) = capture.glob("*.pt.trace.json.gz")
-    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
-    assert trace["profcallbacks"]["steps"] == [2, 3]  # post-processed by the helper
-    assert not list(tmp_path.rglob("*.raw.json"))
-
-
-def test_a_captures_events_are_freed_at_a_pause_not_by_the_collector_mid_training(tmp_path):
-    """Freeing a window's recorded events costs ~0.4 s for a large trace: it happens at the
-    next pause (or window, or the end), by reference count, never in some later training step
-    when the collector gets to the profiler's reference cycle."""
-    model, opt = tiny_model()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=1, active=2),
-                        tensorboard_scalars=False)
-    gc.disable()
-    try:
-        with prof:
-            for _ in range(8):
-                train_step(model, opt)
-                prof.step()
-            retired = prof.session._captures._retired  # the exported window's torch profiler
-            events = weakref.ref(retired.profiler)
-            del retired
-            for _ in range(3):
-                train_step(model, opt)
-                prof.step()
-            assert events() is not None  # training steps never pay for freeing them
-            prof.pause()
-            assert events() is None  # freed here, with the collector off
-    finally:
-        gc.enable()
-    assert len(capture_dirs(tmp_path)) == 1
-
-
-def back_to_back_windows(logdir) -> None:
-    """Two one-step windows in a row: the second is recorded while the first is exported."""
-    model, opt = tiny_model()
-    schedule = Schedule(skip_first=0, wait=0, warmup=0, active=1, repeat=2)
-    with StepProfiler(logdir, schedule=schedule, tensorboard_scalars=False) as prof:
-        for _ in range(4):
-            train_step(model, opt)
-            prof.step()
-
-
-def test_a_window_recorded_during_an_export_is_marked(tmp_path):
-    back_to_back_windows(tmp_path)
-    marks = {}
-    for capture in capture_dirs(tmp_path):
-        (trace_file,) = capture.glob("*.pt.trace.json.gz")
-        trace = json.loads(gzip.decompress(trace_file.read_bytes()))
-        marks[capture.name] = trace["profcallbacks"]["export_overlap"]
-    assert marks == {"step000000-schedule": False, "step000001-schedule": True}
-
-
-def test_a_hung_export_still_publishes_the_raw_trace_as_partial(tmp_path, monkeypatch):
-    """Issue 17 item 6: whatever happens to the writer, close publishes within a bounded wait."""
-    from profcallbacks.capture import export
-
-    monkeypatch.setattr(export_helper, "USE_HELPER_PROCESS", False)
-    monkeypatch.setattr(export.CaptureWriter, "export", lambda *a: time.sleep(5))
-    monkeypatch.setattr(export_helper, "CLOSE_BYTES_PER_S", 1e12)
-    model, opt = tiny_model()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=0, warmup=0, active=2),
-                        tensorboard_scalars=False)
-    start = time.monotonic()
-    with prof:
-        exporter = prof.session._captures._exporter
-        exporter._publish_timeout_s = 0.0
-        for _ in range(3):
-            train_step(model, opt)
-            prof.step()
-        prof.session._captures.finish(partial=True)
-        exporter.close(timeout_s=0.5)  # what close() does, with a wait the test can afford
-    assert time.monotonic() - start < 4
-    (capture,) = capture_dirs(tmp_path)
-    assert capture.name == "step000000-schedule-partial"
-    (trace_file,) = capture.glob("*.pt.trace.json")
-    assert json.loads(trace_file.read_text())["traceEvents"]
-
-
-def test_exception_in_a_long_window_publishes_the_partial_capture(tmp_path):
-    """Issue 17 item 6: 300 steps with stacks, then an exception: the -partial capture appears."""
-    model, opt = tiny_model()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=0, warmup=0, active=1000),
-                        trace=TraceOptions(with_stack=True), tensorboard_scalars=False)
-    with pytest.raises(RuntimeError), prof:
-        for _ in range(300):
-            train_step(model, opt)
-            prof.step()
-        raise RuntimeError("boom")
-    (capture,) = capture_dirs(tmp_path)
-    assert capture.name == "step000000-schedule-partial"
-    assert list(capture.glob("*.pt.trace.json.gz"))
-    assert not [p for p in tmp_path.rglob("*") if p.name.endswith((".writing", ".raw.json"))]
-
-
-def test_sigint_while_a_window_stops_leaves_the_profiler_off_and_publishes(tmp_path,
-                                                                            monkeypatch):
-    """Issue 17 item 7: Ctrl-C inside the profiler's stop: state clean, capture published."""
-    from torch.profiler import profile
-
-    real_stop = profile.stop_trace
-
-    def interrupted_stop(self):
-        os.kill(os.getpid(), signal.SIGINT)  # arrives in the middle of kineto's stop
-        return real_stop(self)
-
-    monkeypatch.setattr(profile, "stop_trace", interrupted_stop)
-    model, opt = tiny_model()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=0, warmup=0, active=100),
-                        tensorboard_scalars=False)
-    with pytest.raises(KeyboardInterrupt), prof:
-        for _ in range(3):
-            train_step(model, opt)
-            prof.step()
-        raise KeyboardInterrupt  # the first Ctrl-C; the second comes during the stop
-    assert not torch.autograd.profiler._is_profiler_enabled
-    (capture,) = capture_dirs(tmp_path)
-    assert capture.name == "step000000-schedule-partial"
-
-
 def test_run_statistics_leave_captured_steps_out_and_name_the_slowest_step(tmp_path):
     """Issue 12 item 9: exact percentiles over healthy steps; window steps counted apart."""
     from profcallbacks.layout import steps_file
@@ -314,36 +172,6 @@ def test_run_statistics_leave_captured_steps_out_and_name_the_slowest_step(tmp_p
     assert stats["steps_per_s"] == pytest.approx(196 / sum(healthy) * 1e3, rel=1e-3)
     assert stats["mean_ms"] == pytest.approx(sum(healthy) / 196, rel=1e-3)
     assert "healthy_ms" not in stats["intervals"][0]
-
-
-def test_lightning_hooks_bypass_the_fetch_timer():
-    """Lightning calls profiler.profile() around every hook: that is the wrapped profiler's own."""
-    pytest.importorskip("lightning")
-    from lightning.pytorch.profilers import SimpleProfiler
-
-    from profcallbacks.lightning_fetch import FETCH_ACTION, FetchTimer
-
-    inner = SimpleProfiler()
-    waits: list[float] = []
-    timer = FetchTimer(inner, waits.append)
-    assert timer.profile == inner.profile  # no frame of ours per hook
-    with timer.profile("[Callback]x.on_train_batch_end"):
-        pass
-    timer.start(f"[_TrainingEpochLoop].{FETCH_ACTION}")
-    time.sleep(0.01)
-    timer.stop(f"[_TrainingEpochLoop].{FETCH_ACTION}")
-    assert len(waits) == 1 and waits[0] >= 0.009
-    assert "on_train_batch_end" in inner.summary()  # the wrapped profiler still sees every hook
-
-
-def test_the_report_marks_a_capture_recorded_during_an_export(tmp_path):
-    from profcallbacks.report import build_report, locate_run, render_text
-
-    back_to_back_windows(tmp_path)
-    report = build_report(locate_run(tmp_path))
-    marks = {c["directory"]: c["export_overlap"] for c in report["captures"]}
-    assert marks == {"step000000-schedule": False, "step000001-schedule": True}
-    assert "schedule (during an export)" in render_text(report)
 
 
 @pytest.mark.parametrize(("log_every", "rows"), [(None, [205] * 5), (41, [41] * 25)])

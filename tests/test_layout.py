@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles, a short top level, one on-disk contract."""
+"""The package's shape: layers that import only downwards, no import cycles, a short top level,
+one on-disk contract."""
 
 import ast
 from pathlib import Path
@@ -54,6 +55,66 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in state:
             visit(node)
     return found
+
+
+LAYERS = [
+    ("options", "_version"),  # every option, validated, with its bounds: imports nothing else
+    ("core",),  # step timing, ranks, device timing, trigger names, faults, shared trace names
+    ("layout",),  # every name on disk, for the writers and the readers
+    ("findings",),  # finding kinds and where findings go
+    ("detect", "capture"),  # the detectors; the capture windows and the trace export
+    ("report",),  # the trace and log-directory reader (the straggler rule is detect's)
+    ("watch",),  # the live terminal view over the report's readers
+    ("run",),  # the orchestrator: the session drives the captures, detectors and sinks
+    ("loop", "lightning_fetch", "testing"),  # the plain-loop front end; test doubles
+    ("lightning", "hf"),  # the framework front ends
+    ("__init__", "cli"),  # the public names; the command line
+]
+"""Floors, lowest first: a part imports only parts on lower floors (none on its own floor)."""
+
+
+def part(module: str) -> str:
+    """A module's top-level part: its first path component below the package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, str]]:
+    """(importer, imported) pairs that do not go down the floors of ``layers``."""
+    floor = {name: level for level, names in enumerate(layers) for name in names}
+    return sorted((a, b) for a, targets in graph.items() for b in targets
+                  if part(a) != part(b) and floor[part(b)] >= floor[part(a)])
+
+
+def test_every_part_is_on_a_floor():
+    floors = {name for names in LAYERS for name in names}
+    assert {part(m) for m in import_graph()} == floors
+
+
+def test_each_part_imports_only_parts_below_it():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_finds_an_upward_or_sideways_import():
+    graph = {"profcallbacks.core.timing": {"profcallbacks.run.session"},
+             "profcallbacks.capture.trace_writer": {"profcallbacks.detect.stall"},
+             "profcallbacks.run.session": {"profcallbacks.core.timing"}}
+    assert upward_imports(graph) == [
+        ("profcallbacks.capture.trace_writer", "profcallbacks.detect.stall"),
+        ("profcallbacks.core.timing", "profcallbacks.run.session")]
+
+
+def test_options_import_nothing_else_of_the_package():
+    graph = import_graph()
+    assert {t for m, targets in graph.items() if part(m) == "options" for t in targets
+            if part(t) != "options"} == set()
+
+
+def test_capture_names_no_report_module():
+    """Not even by name for importlib: the session hands the live analysis to the exporter."""
+    named = [p.name for p in (PACKAGE / "capture").glob("*.py")
+             if "profcallbacks.report" in p.read_text(encoding="utf-8")]
+    assert named == []
 
 
 def test_no_import_cycle():

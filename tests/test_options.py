@@ -17,6 +17,7 @@ from profcallbacks import (
     TraceOptions,
 )
 from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
+from profcallbacks.detect.base import Participant
 
 NAN, INF = math.nan, math.inf
 
@@ -127,7 +128,7 @@ def test_start_up_probe_checks_where_captures_and_tensorboard_write(tmp_path):
         subprocess.run(["umount", str(root)], check=False)
 
 
-class _RaisingScalars:
+class _RaisingScalars(Participant):
     calls = 0
 
     def observe(self, record):
@@ -138,7 +139,7 @@ class _RaisingScalars:
         raise RuntimeError("broken scalars")
 
 
-class _RaisingLoaderHook:
+class _RaisingLoaderHook(Participant):
     def observe(self, record):
         return ()
 

@@ -60,7 +60,8 @@ def test_json_schema(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report["schema_version"] == SCHEMA_VERSION == 3
     assert set(report) >= {"schema_version", "generator", "logdir", "world_size", "ranks", "steps",
                            "breakdown", "captures", "top_operators", "findings", "findings_by_kind",
-                           "problems", "readable"}
+                           "problems", "readable", "diagnoses"}
+    assert all(set(c) >= {"diagnoses", "throughput"} for c in report["captures"])
     assert report["ranks"] == [0] and report["world_size"] == 1 and report["problems"] == []
 
     steps = report["steps"]

@@ -54,12 +54,25 @@ def test_a_missing_field_is_not_a_null_one(tmp_path):
     assert sorted(op["name"] for op in report["top_operators"]["cpu"]) == ["", "aten::mm"]
 
 
+def _shapes_decoded(events: list) -> list:
+    """The events with operator shapes decoded (kept as undecoded JSON, whose spacing differs)."""
+    out = []
+    for e in events:
+        if isinstance(e, decode.Event) and isinstance(e.args, decode.Args):
+            args = e.args
+            e = (e.ph, e.cat, e.name, e.pid, e.tid, e.ts, e.dur, args.stream, args.correlation,
+                 args.profcallbacks, args.flops, decode.shape_value(args.dims),
+                 decode.shape_value(args.concrete))
+        out.append(e)
+    return out
+
+
 def test_fast_and_dict_paths_give_the_same_records(tmp_path, monkeypatch):
     path = _write(tmp_path / "t.json.gz", [STEP, OP, KERNEL, LAUNCH, *HOSTILE])
     fast = decode.load_trace(path)
     monkeypatch.setattr(decode, "_decoder", None)
     slow = decode.load_trace(path)
-    assert fast.traceEvents == slow.traceEvents
+    assert _shapes_decoded(fast.traceEvents) == _shapes_decoded(slow.traceEvents)
     assert fast.distributedInfo == slow.distributedInfo == {"rank": 3}
 
 

@@ -9,9 +9,9 @@ from torch.utils.data import DataLoader, Dataset
 from profcallbacks import ProfilerConfig, ProfilingSession, StallConfig, StepProfiler
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import StepRecord
-from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.detect.stall import StallDetector
+from profcallbacks.run.defaults import default_detectors
 from profcallbacks.testing import FakeClock
 
 
@@ -159,7 +159,8 @@ def test_advice_names_the_collate_function_inside_known_wrappers():
     """The HF Trainer wraps its collator in RemoveColumnsCollator: the advice names what is inside."""
     import functools
 
-    from transformers import default_data_collator
+    transformers = pytest.importorskip("transformers")
+    default_data_collator = transformers.default_data_collator
     from transformers.trainer_utils import RemoveColumnsCollator
 
     from profcallbacks.detect.loaders import stall_advice

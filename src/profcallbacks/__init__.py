@@ -12,35 +12,35 @@ from typing import TYPE_CHECKING, Any
 from profcallbacks._version import __version__
 
 if TYPE_CHECKING:
-    from profcallbacks.capture.byte_budget import ByteBudget
-    from profcallbacks.capture.options import TraceOptions
-    from profcallbacks.capture.schedule import Phase, Schedule
-    from profcallbacks.config import ProfilerConfig
     from profcallbacks.core.ranks import RankInfo
-    from profcallbacks.core.session import ProfilingSession
-    from profcallbacks.detect.memory import MemoryConfig
-    from profcallbacks.detect.slowdown import SlowdownConfig
-    from profcallbacks.detect.stall import StallConfig
-    from profcallbacks.detect.straggler import StragglerConfig
-    from profcallbacks.detect.sync_audit import SyncAuditConfig
     from profcallbacks.findings import Finding
     from profcallbacks.loop import StepProfiler
+    from profcallbacks.options.budget import ByteBudget
+    from profcallbacks.options.memory import MemoryConfig
+    from profcallbacks.options.profiler import ProfilerConfig
+    from profcallbacks.options.schedule import Phase, Schedule
+    from profcallbacks.options.slowdown import SlowdownConfig
+    from profcallbacks.options.stall import StallConfig
+    from profcallbacks.options.straggler import StragglerConfig
+    from profcallbacks.options.sync_audit import SyncAuditConfig
+    from profcallbacks.options.trace import TraceOptions
+    from profcallbacks.run.session import ProfilingSession
 
 _WHERE = {
-    "ByteBudget": "profcallbacks.capture.byte_budget",
+    "ByteBudget": "profcallbacks.options.budget",
     "Finding": "profcallbacks.findings",
-    "MemoryConfig": "profcallbacks.detect.memory",
-    "Phase": "profcallbacks.capture.schedule",
-    "ProfilerConfig": "profcallbacks.config",
-    "ProfilingSession": "profcallbacks.core.session",
+    "MemoryConfig": "profcallbacks.options.memory",
+    "Phase": "profcallbacks.options.schedule",
+    "ProfilerConfig": "profcallbacks.options.profiler",
+    "ProfilingSession": "profcallbacks.run.session",
     "RankInfo": "profcallbacks.core.ranks",
-    "Schedule": "profcallbacks.capture.schedule",
-    "SlowdownConfig": "profcallbacks.detect.slowdown",
-    "StallConfig": "profcallbacks.detect.stall",
+    "Schedule": "profcallbacks.options.schedule",
+    "SlowdownConfig": "profcallbacks.options.slowdown",
+    "StallConfig": "profcallbacks.options.stall",
     "StepProfiler": "profcallbacks.loop",
-    "StragglerConfig": "profcallbacks.detect.straggler",
-    "SyncAuditConfig": "profcallbacks.detect.sync_audit",
-    "TraceOptions": "profcallbacks.capture.options",
+    "StragglerConfig": "profcallbacks.options.straggler",
+    "SyncAuditConfig": "profcallbacks.options.sync_audit",
+    "TraceOptions": "profcallbacks.options.trace",
 }
 
 __all__ = [

@@ -9,6 +9,7 @@ nothing in the log directory could be read, 2 for a path that does not exist or 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("text", "json", "html"), default="text")
     report.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     report.add_argument("--top", type=int, default=15, help="operators to list (default 15)")
+    report.add_argument("--peak-tflops", type=_positive, metavar="TFLOPS",
+                        help="the device's dense peak (TFLOP/s) for MFU, for a device the "
+                             "built-in table lacks")
     compare = sub.add_parser("compare", help="what changed between two log directories",
                              description="What changed from RUN_A to RUN_B: step time, data-wait "
                                          "share, top operators and findings.")
@@ -86,12 +90,23 @@ def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
     return _emit(render_runs_text(str(path), rows), args.output)
 
 
-def _load(path: Path, top: int) -> dict[str, Any] | None:
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"--peak-tflops must be a positive number of TFLOP/s "
+                                         f"(e.g. 312 for an A100 in bf16), got {text!r}")
+    return value
+
+
+def _load(path: Path, top: int, peak_tflops: float | None = None) -> dict[str, Any] | None:
     from profcallbacks.report import NoRunError, build_report, locate_run
     from profcallbacks.report.safe import visible
 
     try:
-        report = build_report(locate_run(path), top=top)
+        report = build_report(locate_run(path), top=top, peak_tflops=peak_tflops)
     except NoRunError as exc:
         print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
         return None
@@ -121,7 +136,7 @@ def _report(args: argparse.Namespace) -> int:
     listed = _several_runs(args.logdir, args)
     if listed is not None:
         return listed
-    report = _load(args.logdir, args.top)
+    report = _load(args.logdir, args.top, args.peak_tflops)
     if report is None:
         return 2
     if args.format == "json":
@@ -181,7 +196,16 @@ def _watch(args: argparse.Namespace) -> int:
     return watch(args.logdir, options)
 
 
+def _tolerate_ascii_terminals() -> None:
+    """Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) a path or a sign the terminal
+    cannot encode is written as a backslash escape instead of ending the command."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and "utf" not in (stream.encoding or "").lower():
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerate_ascii_terminals()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

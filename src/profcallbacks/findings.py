@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from profcallbacks.core.faults import RecoveringAppender
+from profcallbacks.core.triggers import CaptureRequest
 
 log = logging.getLogger("profcallbacks")
 
@@ -43,8 +44,9 @@ class Finding:
         severity: ``"info"``, ``"warning"`` or ``"error"``.
         message: One human sentence, with advice where there is some.
         details: Numbers and names behind the message (JSON-serialisable).
-        capture: Trigger name of a capture the detector asks for with this finding (e.g.
-            ``"slowdown"``), or ``None``. Not part of the finding's data (``to_dict``).
+        capture: The capture the detector asks for with this finding (a ``CaptureRequest``:
+            its trigger, e.g. ``triggers.SLOWDOWN``, and what it needs), or ``None``. Not part
+            of the finding's data (``to_dict``).
 
     Example:
         >>> f = Finding("step_slowdown", step=120, rank=0, severity="warning", message="slow")
@@ -58,7 +60,7 @@ class Finding:
     severity: Severity
     message: str
     details: dict[str, Any] = field(default_factory=dict)
-    capture: str | None = field(default=None, compare=False, repr=False)
+    capture: CaptureRequest | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -76,12 +78,14 @@ class FindingsFile:
     later, with one warning per episode of failures (:class:`RecoveringAppender`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = path
         self._out = RecoveringAppender(path, "findings")
+        self._run = {"run": run_id} if run_id else {}
 
     def __call__(self, finding: Finding) -> None:
-        self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
+        row = finding.to_dict() | self._run  # "run": which run of the log directory found it
+        self._out.append((json.dumps(row, default=str) + "\n").encode())
 
     def move_to(self, path: Path) -> None:
         """Write to ``path`` from now on (findings not yet written included)."""

@@ -18,19 +18,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from typing_extensions import override
 
-from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.planner import check_capture_steps
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
-from profcallbacks.detect.defaults import default_detectors
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
+from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
+from profcallbacks.run.session import ProfilingSession
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +58,17 @@ class ProfilerCallback(TrainerCallback):
     """
 
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
-                 schedule: Schedule | None = Schedule(), trace: TraceOptions = TraceOptions(),
+                 schedule: Schedule | None = DEFAULTS.schedule, trace: TraceOptions = DEFAULTS.trace,
                  max_captures: int = 10, capture_steps: int = 3, watch_capture_file: bool = True,
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 stall: StallConfig | None = DEFAULTS.stall,
+                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
+                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 budget: ByteBudget | None = ByteBudget(),
+                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)
@@ -77,6 +77,12 @@ class ProfilerCallback(TrainerCallback):
         self._requests: list[int | None] = []
         self._metrics = _LatestMetrics()
         self._closer: weakref.finalize | None = None
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str] | None = None, *,
+                    on_finding: FindingHandler | None = None) -> ProfilerCallback:
+        """A callback with the options of ``config`` (one config shared by several front ends)."""
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     @property
     def findings(self) -> list[Finding]:
@@ -91,7 +97,7 @@ class ProfilerCallback(TrainerCallback):
         """Capture ``steps`` steps (default ``capture_steps``) from the next step on."""
         check_capture_steps(steps)
         if self._closer is not None and self.session is not None:
-            self.session.request_capture(steps, trigger="manual")
+            self.session.request_capture(steps, trigger=MANUAL)
             return
         self._requests.append(steps)  # before train(): asked for as soon as training starts
 
@@ -116,12 +122,11 @@ class ProfilerCallback(TrainerCallback):
         rank = RankInfo.detect()
         logdir = self.logdir or tensorboard_logdir(args, state, rank)
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,
-                                   detectors=default_detectors(self.config, rank),
                                    metrics_sinks=[self._metrics.update],
                                    start_step=state.global_step,
                                    log_findings=state.is_world_process_zero)
         for steps in self._requests:  # asked for before train(): the window starts at once
-            session.request_capture(steps, trigger="manual")
+            session.request_capture(steps, trigger=MANUAL)
         self._requests.clear()
         session.open()
         if kwargs.get("train_dataloader") is not None:
@@ -150,7 +155,7 @@ class ProfilerCallback(TrainerCallback):
         if self._closer is not None and self.session is not None:
             self.session.step_end()
             if _work_announced(control):  # logging, evaluation or saving runs next
-                self.session.pause("validation" if control.should_evaluate else None)
+                self.session.pause(VALIDATION if control.should_evaluate else None)
 
     @override
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
@@ -197,6 +202,10 @@ class ProfilerCallback(TrainerCallback):
             return  # the Trainer decides after this hook whether to save: on_save resumes, or
             # the next on_step_begin when it does not save
         self.session.resume()
+
+
+HFProfilerCallback = ProfilerCallback
+"""The same callback, by a name that says which framework it is for."""
 
 
 class _LatestMetrics:

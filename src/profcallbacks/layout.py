@@ -27,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
 
 META_DIR = "profcallbacks"
@@ -95,6 +97,28 @@ def steps_file(logdir: Path, rank: int) -> Path:
 def findings_file(logdir: Path, rank: int) -> Path:
     """Findings of one rank, one JSON object per line."""
     return logdir / META_DIR / f"rank{rank}.findings.jsonl"
+
+
+def new_run_id() -> str:
+    """The id written as ``"run"`` in every steps-file row and finding of this run.
+
+    The launcher's own id where there is one, equal on all ranks (torchrun's
+    ``TORCHELASTIC_RUN_ID``, Slurm's ``SLURM_JOB_ID`` with its step); else the start time, pid
+    and a random tag.
+    A run restarted into the same log directory gets another id, so the report keeps its rows
+    apart from the earlier run's.
+
+    Example:
+        >>> isinstance(new_run_id(), str)
+        True
+    """
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic != "none":
+        return f"torchrun-{elastic}"
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        return f"slurm-{job}.{os.environ.get('SLURM_STEP_ID', '0')}"
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(2).hex()}"
 
 
 def run_specific_file(path: Path, run: str) -> Path:

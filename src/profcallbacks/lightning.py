@@ -19,20 +19,20 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
         f"profcallbacks.lightning needs Lightning ({exc.name} is missing): "
         "pip install 'profcallbacks[lightning]'") from exc
 
-from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.planner import check_capture_steps
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
-from profcallbacks.detect.defaults import default_detectors
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
+from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
+from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
+from profcallbacks.run.session import ProfilingSession
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +60,18 @@ class ProfilerCallback(Callback):
     """
 
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
-                 schedule: Schedule | None = Schedule(),
-                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+                 schedule: Schedule | None = DEFAULTS.schedule,
+                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 stall: StallConfig | None = DEFAULTS.stall,
+                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
+                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 budget: ByteBudget | None = ByteBudget(),
+                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
@@ -85,6 +85,12 @@ class ProfilerCallback(Callback):
         self._other_kineto = False
         self._trainer: Any = None
         self._fetch_timer: FetchTimer | None = None
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str] | None = None, *,
+                    on_finding: FindingHandler | None = None) -> ProfilerCallback:
+        """A callback with the options of ``config`` (one config shared by several front ends)."""
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     @property
     def findings(self) -> list[Finding]:
@@ -103,9 +109,9 @@ class ProfilerCallback(Callback):
             log.warning("profcallbacks: capture() ignored: Trainer(profiler=PyTorchProfiler) "
                         "owns torch.profiler in this fit.")
         elif self.session is not None:
-            self.session.request_capture(steps, trigger="manual")
+            self.session.request_capture(steps, trigger=MANUAL)
         else:  # delivered when training starts
-            self._pending_captures.append((steps or self.config.capture_steps, "manual"))
+            self._pending_captures.append((steps or self.config.capture_steps, MANUAL))
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -139,7 +145,6 @@ class ProfilerCallback(Callback):
         rank = RankInfo.detect()  # the process group exists by now
         self.session = ProfilingSession(
             config, self.logdir, rank=rank, on_finding=self._on_finding,
-            detectors=default_detectors(config, rank),
             metrics_sinks=[logger.log_metrics for logger in trainer.loggers],
             start_step=trainer.global_step, log_findings=trainer.is_global_zero)
         self.session.restore(captures_started=self._captures_started)
@@ -175,7 +180,7 @@ class ProfilerCallback(Callback):
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is not None:
-            self.session.pause("validation")
+            self.session.pause(VALIDATION)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -232,3 +237,7 @@ class ProfilerCallback(Callback):
         return any(isinstance(logger, TensorBoardLogger)
                    and Path(logger.log_dir).resolve() == logdir.resolve()
                    for logger in trainer.loggers)
+
+
+LightningProfilerCallback = ProfilerCallback
+"""The same callback, by a name that says which framework it is for."""

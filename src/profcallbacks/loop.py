@@ -12,18 +12,18 @@ from typing import TypeVar
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
-from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
-from profcallbacks.detect.defaults import default_detectors
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
+from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options.budget import ByteBudget
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
+from profcallbacks.run.session import ProfilingSession
 
 T = TypeVar("T")
 
@@ -64,34 +64,43 @@ class StepProfiler:
         ...         train_step(batch); prof.step()
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = Schedule(),
-                 trace: TraceOptions = TraceOptions(), max_captures: int = 10,
+    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = DEFAULTS.schedule,
+                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
                  capture_steps: int = 3, watch_capture_file: bool = True,
                  capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
                  tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
                  ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = StallConfig(),
-                 slowdown: SlowdownConfig | None = SlowdownConfig(),
-                 sync_audit: bool | SyncAuditConfig = True,
+                 stall: StallConfig | None = DEFAULTS.stall,
+                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
+                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
-                 memory: MemoryConfig | None = MemoryConfig(), baseline_capture: bool = True,
-                 budget: ByteBudget | None = ByteBudget(),
+                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
-        self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,
-                                        detectors=default_detectors(config, rank))
+        self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding)
+
+    @classmethod
+    def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str], *,
+                    on_finding: FindingHandler | None = None) -> StepProfiler:
+        """A profiler with the options of ``config`` (one config shared by several front ends).
+
+        Example:
+            >>> config = ProfilerConfig(schedule=None, max_captures=2)
+            >>> StepProfiler.from_config(config, getfixture("tmp_path")).session.config == config
+            True
+        """
+        return cls(logdir, **config.options(), on_finding=on_finding)
 
     def __enter__(self) -> StepProfiler:
         self.session.open()
-        self.step = self.session.step_end  # type: ignore[method-assign]  # one call less per step
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None:
             self.session.on_exception(exc)  # out_of_memory is written before the error propagates
-        self.__dict__.pop("step", None)
         self.session.close(failed=exc_type is not None)
 
     def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
@@ -127,7 +136,7 @@ class StepProfiler:
 
     def capture(self, steps: int | None = None) -> None:
         """Capture ``steps`` steps (default ``capture_steps``) starting at the next step."""
-        self.session.request_capture(steps, trigger="manual")
+        self.session.request_capture(steps, trigger=MANUAL)
 
     def pause(self, activity: str | None = None) -> None:
         """Work between steps begins (evaluation, checkpointing): it is timed as no step.

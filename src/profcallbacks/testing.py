@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from profcallbacks.config import ProfilerConfig
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.session import ProfilingSession
 from profcallbacks.core.timing import StepRecord
 from profcallbacks.detect.base import Detector
-from profcallbacks.detect.defaults import default_detectors
 from profcallbacks.findings import Finding
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.run.defaults import default_detectors
+from profcallbacks.run.session import ProfilingSession
 
 
 class FakeClock:

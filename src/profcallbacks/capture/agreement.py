@@ -7,11 +7,19 @@ import logging
 
 import torch
 
-from profcallbacks.capture.planner import CaptureRequest
+from profcallbacks.core.triggers import (
+    BASELINE,
+    FILE,
+    MANUAL,
+    MEMORY,
+    SLOWDOWN,
+    VALIDATION,
+    CaptureRequest,
+)
 
 log = logging.getLogger(__name__)
 
-TRIGGER_CODES = {"manual": 1, "file": 2, "slowdown": 3, "baseline": 4, "memory": 5, "validation": 6}
+TRIGGER_CODES = {MANUAL: 1, FILE: 2, SLOWDOWN: 3, BASELINE: 4, MEMORY: 5, VALIDATION: 6}
 """Every trigger a request can carry across ranks (an unknown code falls back to manual)."""
 _TRIGGERS = {code: name for name, code in TRIGGER_CODES.items()}
 
@@ -32,9 +40,9 @@ class TriggerAgreement:
         >>> store = f"file://{getfixture('tmp_path')}/store"
         >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
         >>> agreement = TriggerAgreement(every=50)
-        >>> agreement.hold(CaptureRequest(active=5, trigger="file"))
+        >>> agreement.hold(CaptureRequest(FILE, steps=5))
         >>> agreement.exchange()  # at steps 0, 50, 100...: the request every rank agreed on
-        CaptureRequest(active=5, trigger='file')
+        CaptureRequest(trigger='file', steps=5, profile_memory=False)
         >>> agreement.exchange() is None  # nobody asked since
         True
         >>> dist.destroy_process_group()
@@ -52,7 +60,8 @@ class TriggerAgreement:
         self._group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
 
     def hold(self, request: CaptureRequest) -> None:
-        if self._held is None or request.active > self._held.active:
+        """Keep ``request`` (its ``steps`` given) for the next exchange; the longest one wins."""
+        if self._held is None or (request.steps or 0) > (self._held.steps or 0):
             self._held = request
 
     def exchange(self) -> CaptureRequest | None:
@@ -61,16 +70,17 @@ class TriggerAgreement:
 
         held, self._held = self._held, None
         code = TRIGGER_CODES.get(held.trigger, 1) if held else 0
-        values = torch.tensor([held.active if held else 0, code], dtype=torch.int64)
+        values = torch.tensor([held.steps or 0, code, held.profile_memory] if held else [0, 0, 0],
+                              dtype=torch.int64)
         try:
             work = dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self._group,
                                    async_op=True)
             if work is not None:
                 work.wait(self._timeout)
-            active, code = (int(v) for v in values.tolist())
+            active, code, memory = (int(v) for v in values.tolist())
         except Exception as exc:  # a rank has gone (stopped early or crashed): stop agreeing
             log.warning("profcallbacks: could not agree on captures with the other ranks (%s); "
                         "requested captures are now per rank.", exc)
             self.enabled = False
             return held
-        return CaptureRequest(active, _TRIGGERS.get(code, "manual")) if active else None
+        return CaptureRequest(_TRIGGERS.get(code, MANUAL), active, bool(memory)) if active else None

@@ -18,12 +18,12 @@ from typing import Any
 
 from torch.profiler import profile
 
-from profcallbacks.capture.export import GZIP_LEVEL, RAW_DIR_PREFIX, RAW_FILE, remove_raw
-from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import Window
+from profcallbacks.capture.trace_writer import GZIP_LEVEL, RAW_DIR_PREFIX, RAW_FILE, remove_raw
 from profcallbacks.capture.trimming import CaptureSizer, Trim
 from profcallbacks.core.safefs import ensure_dir, make_private_dir, read_regular
 from profcallbacks.layout import STAGING_DIR
+from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 

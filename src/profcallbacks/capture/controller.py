@@ -13,21 +13,26 @@ from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
 from profcallbacks.capture.budget import CaptureBudget
-from profcallbacks.capture.export_helper import TraceExporter
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.planner import CapturePlanner, CaptureRequest, Window
+from profcallbacks.capture.capture_file import CaptureFileTrigger
+from profcallbacks.capture.exporter import TraceExporter
+from profcallbacks.capture.planner import CapturePlanner, Window
 from profcallbacks.capture.postprocess import CaptureInfo
-from profcallbacks.capture.schedule import Phase
-from profcallbacks.capture.triggers import CaptureFileTrigger
-from profcallbacks.capture.window import TraceCapture, wall_ns
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
+from profcallbacks.core.triggers import FILE, CaptureRequest
 from profcallbacks.findings import Finding
 from profcallbacks.layout import trace_file_name
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.options.schedule import Phase
+from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 120.0
+"""Seconds the end of a run waits for its exports; a trace not written by then is published raw."""
+CLOSE_WAIT_FAILED_S = 10.0
+"""The same wait when the run ends with an error (and no rank waits for the others' files)."""
 MIN_AGREE_EVERY = 10  # steps between trigger agreements, at least (they are collectives)
 
 
@@ -43,8 +48,10 @@ class CaptureController:
         >>> controller.open(); controller.begin_step(0, now=0.0)       # doctest: +SKIP
     """
 
-    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo) -> None:
+    def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
+                 analysis: str | None = None) -> None:
         self._config = config
+        self._analysis = analysis  # "module:function" run on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
@@ -116,7 +123,7 @@ class CaptureController:
                                               and exporter.in_process)
                 or (self._budget is not None and self._budget.probing))
 
-    def attention_step(self, step: int) -> int:
+    def boundary_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
         planner = self._planner
         if self._capture is not None or planner.window is not None or planner.has_pending:
@@ -126,6 +133,11 @@ class CaptureController:
         if agreement is not None and agreement.enabled:
             due = min(due, (step // agreement.every + 1) * agreement.every)
         return due
+
+    @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none, or exports on a thread)."""
+        return self._exporter.helper_pid if self._exporter is not None else None
 
     def take_findings(self) -> list[Finding]:
         """Findings the exporter made about published captures since the last call."""
@@ -137,7 +149,7 @@ class CaptureController:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
         self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1),
-                                       budget=config.budget)
+                                       analysis=self._analysis, budget=config.budget)
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))
@@ -146,12 +158,16 @@ class CaptureController:
             self._agreement.hold(early)
         self._tid = threading.get_native_id()
 
-    def request(self, active: int, trigger: str) -> None:
-        """A window of ``active`` recorded steps, from the next step (or agreement step) on."""
+    def request(self, request: CaptureRequest) -> None:
+        """A window of ``request.steps`` recorded steps (``None``: ``capture_steps``), from the
+        next step (or agreement step) on."""
+        if request.steps is None:
+            request = replace(request, steps=self._config.capture_steps)
         if self._agreement is not None and self._agreement.enabled:
-            self._agreement.hold(CaptureRequest(active, trigger))
+            self._agreement.hold(request)
         else:
-            self._planner.request(active, trigger)
+            self._planner.request(request.steps or 1, request.trigger,
+                                  profile_memory=request.profile_memory)
 
     def begin_step(self, step: int, now: float) -> None:
         """Take triggers into account and move the window to ``step``; never raises."""
@@ -171,14 +187,15 @@ class CaptureController:
         if trigger is not None and now >= trigger.next_poll:  # checked inline: every step
             requested = trigger.poll(now)
             if requested is not None:
-                self.request(requested or self._config.capture_steps, "file")
+                self.request(CaptureRequest(FILE, requested or None))
         agreement = self._agreement
         if (agreement is not None and step % agreement.every == 0 and agreement.enabled
                 and step != self._agreed_step):  # once per step, also across pause/resume
             self._agreed_step = step
             agreed = agreement.exchange()
             if agreed is not None:
-                self._planner.request(agreed.active, agreed.trigger)
+                self._planner.request(agreed.steps or 1, agreed.trigger,
+                                      profile_memory=agreed.profile_memory)
         phase = self._planner.phase_for(step)
         capture = self._capture
         if capture is None and phase is Phase.IDLE:
@@ -292,13 +309,13 @@ class CaptureController:
         finally:  # also after a Ctrl-C held during the stop: what was recorded is published
             self.release_retired()
             if self._exporter is not None:
-                self._exporter.close(timeout_s=10.0 if failed else 120.0, publish_timeout_s=(
-                    0.0 if failed else None))
+                self._exporter.close(timeout_s=CLOSE_WAIT_FAILED_S if failed else CLOSE_WAIT_S,
+                                     publish_timeout_s=0.0 if failed else None)
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:
-    """A memory capture's trace records allocations too (the plugin's Memory view)."""
-    if window.trigger == "memory" and not config.trace.profile_memory:
+    """A window asked for with ``profile_memory`` records allocations too (the Memory view)."""
+    if window.profile_memory and not config.trace.profile_memory:
         return replace(config.trace, profile_memory=True)
     return config.trace
 

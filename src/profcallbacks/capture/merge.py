@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.export import GZIP_LEVEL, _decode, _encode
+from profcallbacks.capture.trace_writer import GZIP_LEVEL, _decode, _encode
 from profcallbacks.capture.trimming import FILL
 from profcallbacks.core.safefs import create_exclusive, fresh_name, read_regular, remove_own
 

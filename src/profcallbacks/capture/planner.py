@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from profcallbacks.capture.schedule import Phase, Schedule
-from profcallbacks.core.checks import check_int
+from profcallbacks.core.triggers import SCHEDULE, CaptureRequest
 from profcallbacks.layout import capture_dir_name
+from profcallbacks.options.bounds import MAX_CAPTURE_STEPS
+from profcallbacks.options.schedule import Phase, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,7 @@ class Window:
     warmup: int
     active: int
     trigger: str
+    profile_memory: bool = False  # the trace records allocations too, whatever the options say
 
     @property
     def first_active(self) -> int:
@@ -42,27 +44,6 @@ class Window:
         if self.first_active <= step <= self.last_step:
             return Phase.ACTIVE
         return Phase.IDLE
-
-
-MAX_CAPTURE_STEPS = 1000
-"""Most steps one capture window records: a trace of more steps is too large to open (a
-5-step window of a small transformer is ~7 MB of JSON), and the window's events stay in memory
-until it ends."""
-
-
-def check_capture_steps(steps: int | None) -> None:
-    """Reject a bad ``capture(steps=...)`` at the call, whichever front end took it."""
-    if steps is not None:
-        check_int("capture", "steps", steps, minimum=1, maximum=MAX_CAPTURE_STEPS,
-                  fix="Use e.g. capture(steps=5), or capture() for the configured capture_steps.")
-
-
-@dataclass(frozen=True)
-class CaptureRequest:
-    """A capture asked for outside the schedule (API call, CAPTURE file, slowdown alert)."""
-
-    active: int
-    trigger: str
 
 
 class CapturePlanner:
@@ -88,11 +69,11 @@ class CapturePlanner:
         self._skip_through = -1  # the scheduled steps a shortened window left out
         self._next_due = self._due_from(0)
 
-    def request(self, active: int, trigger: str) -> None:
+    def request(self, active: int, trigger: str, *, profile_memory: bool = False) -> None:
         """Ask for a window of ``active`` recorded steps (at most ``MAX_CAPTURE_STEPS``) soon."""
         active = min(active, MAX_CAPTURE_STEPS)
-        if self._pending is None or active > self._pending.active:
-            self._pending = CaptureRequest(active=active, trigger=trigger)
+        if self._pending is None or active > (self._pending.steps or 0):
+            self._pending = CaptureRequest(trigger, active, profile_memory)
 
     def shorten(self, window: Window) -> None:
         """Record ``window`` (the current one with fewer active steps, e.g. to fit a byte
@@ -156,7 +137,8 @@ class CapturePlanner:
         if self._pending is None:
             return None
         request, self._pending = self._pending, None
-        return Window(step, self._request_warmup, request.active, request.trigger)
+        return Window(step, self._request_warmup, request.steps or 1, request.trigger,
+                      request.profile_memory)
 
     def _scheduled_window(self, step: int) -> Window | None:
         if (self._schedule is None or self._schedule.phase(step) is Phase.IDLE
@@ -164,7 +146,7 @@ class CapturePlanner:
             return None
         s = self._schedule
         cycle_start = step - (step - s.skip_first) % s.cycle_length + s.wait
-        window = Window(cycle_start, s.warmup, s.active, "schedule")
+        window = Window(cycle_start, s.warmup, s.active, SCHEDULE)
         if step > window.first_active:  # joined mid-window (e.g. resumed): record what is left
-            return Window(step, 0, window.last_step - step + 1, "schedule")
+            return Window(step, 0, window.last_step - step + 1, SCHEDULE)
         return window

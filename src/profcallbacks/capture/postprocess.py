@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from profcallbacks.core.ranks import RankInfo
+from profcallbacks.core.capture_info import CaptureInfo, StepSpan
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 
-DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
-
-
-@dataclass(frozen=True)
-class StepSpan:
-    """Wall-clock bounds of one captured step, in ``time.time_ns()`` nanoseconds."""
-
-    step: int
-    start_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True)
-class CaptureInfo:
-    """What the exporter knows about one capture window."""
-
-    name: str
-    trigger: str
-    first_step: int
-    steps: tuple[StepSpan, ...]
-    partial: bool
-    pid: int
-    tid: int
-    rank: RankInfo
-    backend: str | None = None
-    export_overlap: bool = False  # recorded while an earlier capture was being exported
-    budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed
+__all__ = ["DATALOADER_PREFIXES", "CaptureInfo", "StepSpan", "postprocess"]
 
 
 def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from profcallbacks.capture.byte_budget import ByteBudget
 from profcallbacks.capture.merge import merge_capture
 from profcallbacks.capture.retention import Retention
 from profcallbacks.core.faults import describe_error
 from profcallbacks.layout import TRACE_FILE, merged_file_name, parse_capture_dir
+from profcallbacks.options.budget import ByteBudget
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from profcallbacks.capture.options import TraceOptions
+from profcallbacks.options.trace import TraceOptions
 
 TRIM_OPTIONS = ("with_stack", "record_shapes", "profile_memory")
 """Options turned off, in this order, once one active step does not fit."""

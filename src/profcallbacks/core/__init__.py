@@ -1,1 +1,1 @@
-"""The framework-free core: the step state machine, step timing, ranks and where results are written."""
+"""The ground floor: step timing, ranks, device timing, trigger names and faults, used by every part."""

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from profcallbacks.core.checks import check_int, fail
+from profcallbacks.options.checks import check_int, fail
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import NamedTuple
 
-MAX_SUMMARY_STEPS = 1000
-"""A summary covers at most this many steps, whatever ``log_every_n_steps`` is (bounded memory)."""
-SUMMARY_MIN_S = 0.2
-"""With ``log_every_n_steps=None``, a summary covers at least this much step time (up to
-:data:`MAX_SUMMARY_STEPS` steps): steps shorter than 4 ms are summarised more than 50 at a time.
-Each summary costs ~150 us between training steps (the TensorBoard record, the steps-file row),
-~3 us per 0.25 ms step if written every 50 steps; five a second cost ~0.08%, and a one-second
-CI run still has the five summaries ``compare --fail-if-slower`` needs."""
+from profcallbacks.options.bounds import MAX_SUMMARY_STEPS, SUMMARY_MIN_S
 
+__all__ = ["MAX_SUMMARY_STEPS", "SUMMARY_MIN_S", "IntervalSummary", "StepRecord", "StepTimes", "median"]
 
 def median(values: Iterable[float]) -> float:
     """Median of ``values`` (not empty); plain ``sorted``, cheaper than ``statistics.median``."""

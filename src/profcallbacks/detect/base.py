@@ -1,4 +1,14 @@
-"""The two contracts a detector can follow; the session calls them and knows nothing else."""
+"""The one contract of everything the session runs at block boundaries, and the plain detector's.
+
+A :class:`Participant` is driven by the session between steps, once per block of steps (up to
+``BLOCK_STEPS`` steps or ``BLOCK_S`` seconds): detectors, the sync audit, the memory work, the
+capture windows and the baseline-capture rule all are participants. Every hook is declared here
+with a default that does nothing, so a participant defines only the hooks it needs and the
+session calls every hook of every participant, in the session's declared order.
+
+A :class:`Detector` is the smallest contract: ``observe`` each finished step. The session runs a
+plain detector as a participant (:class:`RecordDetector`).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +16,70 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from profcallbacks.core.timing import StepRecord
+from profcallbacks.detect.loaders import LoaderInfo
 from profcallbacks.findings import Finding
+
+NEVER = 1 << 62
+"""A step number no run reaches: no block boundary is needed."""
 
 
 class Detector(Protocol):
-    """Looks at each finished step and returns what it concludes (usually nothing).
-
-    The session hands over the steps once per block (up to ``BLOCK_STEPS`` steps or
-    ``BLOCK_S`` seconds), in step order, so findings arrive at most one block later. A detector
-    that must run at a given step (e.g. one that meets the other ranks in a collective) also
-    defines ``attention_step(step) -> int``: the block ends before that step.
-    """
+    """Looks at each finished step and returns what it concludes (usually nothing)."""
 
     def observe(self, record: StepRecord) -> Iterable[Finding]: ...
 
 
-class BlockDetector(Detector, Protocol):
-    """A detector that also takes a whole block at once, from the session's flat buffers.
+class Participant:
+    """Runs at block boundaries; every hook is optional (the defaults do nothing).
 
-    The session calls ``observe_block`` instead of ``observe`` when a detector has it (the
-    built-in ones do): no :class:`StepRecord` is made per step and the detector's per-step work
-    runs in one loop over plain lists. The findings must equal those of ``observe`` called on
-    each step of the block in order (the session orders the findings of all detectors by step).
+    Hooks, as the session calls them: ``begin_block`` when a block of steps begins (after the
+    start, a pause, or the previous block); ``disturbs_steps`` and ``boundary_step`` right
+    after, when every participant has begun the block; ``end_block`` the moment the block's
+    last step ended (stop what watched the steps); then, after the block's step-time summaries
+    (``summary_sample`` and ``scalars`` give their extra values), ``observe_block`` with the
+    block's steps; ``take_findings`` after that; ``set_loader`` when the loader is known;
+    ``pause`` when work between steps begins; ``on_exception`` when a step raised; ``close``
+    at the end of the run, in the reverse order. Findings are emitted per block in this order:
+    those of ``observe_block`` (by step; per step in participant order), of ``end_block``,
+    then of ``take_findings``.
+
+    A hook that raises disables its participant for the rest of the run, with one warning
+    (participants that must do otherwise catch their own errors).
     """
+
+    @property
+    def name(self) -> str:
+        """What the warnings call this participant."""
+        return type(self).__name__
+
+    def begin_block(self, step: int, now: float) -> Iterable[Finding]:
+        """A block begins at ``step`` (``now``: the session's clock)."""
+        return ()
+
+    @property
+    def disturbs_steps(self) -> bool:
+        """This participant's work between the block's steps changes their times (a capture
+        window, an audit): the block is marked ``captured``."""
+        return False
+
+    def boundary_step(self, step: int) -> int:
+        """The block that begins at ``step`` must end before this step (:data:`NEVER`: no need).
+
+        A participant that must run at a given step (one that meets the other ranks in a
+        collective, one that watches steps one by one) returns it here.
+        """
+        return NEVER
+
+    def end_block(self, first: int) -> Iterable[Finding]:
+        """The last step of the block that began at ``first`` just ended."""
+        return ()
 
     def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
                       after_pause: bool) -> Iterable[Finding]:
-        """Take the steps ``first``, ``first + 1``, ... of one block.
+        """Take the steps ``first``, ``first + 1``, ... of one block, in order.
+
+        A detector's findings must equal those of ``observe`` on each step of the block in
+        order (the session orders the findings of all participants by step).
 
         Args:
             first: Number of the block's first step.
@@ -41,7 +88,52 @@ class BlockDetector(Detector, Protocol):
             captured: Every step of the block ran captured or audited (a block is never mixed).
             after_pause: The block's first step (only it) followed a pause or the start.
         """
-        ...
+        return ()
+
+    def take_findings(self) -> Iterable[Finding]:
+        """Findings made elsewhere since the last call (e.g. by the export helper)."""
+        return ()
+
+    def summary_sample(self, step: int, now: float) -> tuple[dict[str, float], list[Finding]]:
+        """Numbers read with a step-time summary ending at ``step`` (memory), and findings."""
+        return {}, []
+
+    def scalars(self) -> dict[str, float]:
+        """Extra values logged with each step-time summary (e.g. ``slowdown_ratio``)."""
+        return {}
+
+    def set_loader(self, info: LoaderInfo) -> None:
+        """The loader that feeds the steps (``detect.loaders.describe_loader``)."""
+
+    def pause(self) -> None:
+        """Work between steps begins: what watches steps one by one stops for now."""
+
+    def on_exception(self, step: int, error: BaseException) -> Iterable[Finding]:
+        """A step raised ``error`` (e.g. out of memory); before ``close``."""
+        return ()
+
+    def close(self, *, failed: bool) -> None:
+        """The run is over (``failed``: it ends with an error)."""
+
+
+class RecordDetector(Participant):
+    """A plain :class:`Detector` as a participant: one :class:`StepRecord` per step."""
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+
+    @property
+    def name(self) -> str:
+        return type(self.detector).__name__
+
+    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+                      after_pause: bool) -> Iterable[Finding]:
+        found: list[Finding] = []
+        observe = self.detector.observe
+        for k in range(len(times)):
+            found += observe(StepRecord(first + k, times[k], waits[k], captured,
+                                        after_pause and k == 0))
+        return found
 
 
 class StepAuditor(Protocol):

@@ -19,7 +19,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from profcallbacks.detect.sync_spy import LIBRARIES, _Frames, display_path
+from profcallbacks.detect.sync_spy import CallerFrames, display_path
+from profcallbacks.options.sync_audit import LIBRARIES
 
 MAX_ALLOCATIONS = 200_000  # bounded memory: later allocations of a window are not followed
 
@@ -39,7 +40,7 @@ class MemorySiteSpy(TorchDispatchMode):
 
     def __init__(self, libraries: tuple[str, ...] = LIBRARIES) -> None:
         super().__init__()
-        self._frames = _Frames(libraries)
+        self._frames = CallerFrames(libraries)
         self._allocations: list[tuple[weakref.ref[Any], int, str]] = []
         self.dropped = 0
 

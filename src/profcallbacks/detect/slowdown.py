@@ -49,8 +49,10 @@ from collections.abc import Iterable
 from itertools import accumulate
 
 from profcallbacks.core.timing import StepRecord, median
-from profcallbacks.detect.slowdown_config import SlowdownConfig
+from profcallbacks.core.triggers import SLOWDOWN, CaptureRequest
+from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
+from profcallbacks.options.slowdown import SlowdownConfig
 
 __all__ = ["SlowdownConfig", "SlowdownDetector"]
 
@@ -96,7 +98,7 @@ class _Stretch:
         self.at_peak = False
 
 
-class SlowdownDetector:
+class SlowdownDetector(Participant):
     """Raises one ``step_slowdown`` finding per sustained slowdown; O(1) work per step.
 
     Args:
@@ -410,7 +412,7 @@ class SlowdownDetector:
                      "slow_steps": steps, "slow_duration_s": round(time_s, 3),
                      "threshold": self._threshold, "min_duration_s": self.config.min_duration_s,
                      "capture": capture},
-            capture="slowdown" if capture else None)
+            capture=CaptureRequest(SLOWDOWN) if capture else None)
 
     def _recovered(self, step: int) -> Finding:
         base = self.baseline_s

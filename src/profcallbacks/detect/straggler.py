@@ -32,50 +32,20 @@ from dataclasses import dataclass
 from functools import reduce
 from operator import add
 
-from profcallbacks.core.checks import check_int, check_number
 from profcallbacks.core.timing import StepRecord, median
+from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STRAGGLER, Finding
+from profcallbacks.options.straggler import STRAGGLER_THRESHOLD, StragglerConfig
+
+__all__ = ["STRAGGLER_THRESHOLD", "SlowRank", "StragglerConfig", "StragglerDetector", "slow_ranks"]
 
 log = logging.getLogger(__name__)
-
-STRAGGLER_THRESHOLD = 1.15
-"""A rank 15% slower than the others' median holds every rank back by as much at each all-reduce."""
 
 Gather = Callable[[list[float]], list[list[float]]]
 """Takes this rank's summary floats; returns every rank's, indexed by rank (a collective)."""
 
 
-@dataclass(frozen=True)
-class StragglerConfig:
-    """When a rank counts as a straggler.
-
-    Args:
-        every_n_steps: Steps between checks; each check is one all_gather of 3 floats per rank.
-        threshold: A rank's median step time over the other ranks' median that counts as slow.
-        consecutive: Checks in a row a rank must be slow in before it is reported.
-        min_steps: Fewest eligible steps a rank needs in a check for it to be judged.
-
-    Example:
-        >>> from profcallbacks import SlowdownConfig
-        >>> SlowdownConfig(straggler=StragglerConfig(every_n_steps=500)).straggler.threshold
-        1.15
-    """
-
-    every_n_steps: int = 200
-    threshold: float = STRAGGLER_THRESHOLD
-    consecutive: int = 2
-    min_steps: int = 10
-
-    def __post_init__(self) -> None:
-        owner = "StragglerConfig"
-        check_int(owner, "every_n_steps", self.every_n_steps, minimum=2, example=200)
-        check_int(owner, "consecutive", self.consecutive, minimum=1, maximum=10_000, example=2)
-        check_int(owner, "min_steps", self.min_steps, minimum=1, example=10)
-        check_number(owner, "threshold", self.threshold, above=1.0, maximum=100.0,
-                     fix="Use e.g. threshold=1.15 (a ratio of step times).")
-
-
-class StragglerDetector:
+class StragglerDetector(Participant):
     """Flags a rank that is consistently slower than the others.
 
     Args:
@@ -104,7 +74,7 @@ class StragglerDetector:
         self._reported: set[int] = set()
         self._disabled = False
 
-    def attention_step(self, step: int) -> int:
+    def boundary_step(self, step: int) -> int:
         """The session must hand over the steps before this one at once (a collective follows).
 
         Every rank then meets the others between the same two steps, also when the training

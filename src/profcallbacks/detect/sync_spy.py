@@ -30,8 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities",
-             "transformers", "accelerate", "torchmetrics", "profcallbacks")
+from profcallbacks.options.sync_audit import LIBRARIES
+
 # torch's thin public wrappers: a sync inside them belongs to the user line that called them
 _TORCH_WRAPPERS = ("_tensor.py", "functional.py", "overrides.py", "_ops.py", "_jit_internal.py",
                    "_compile.py", os.path.join("_dynamo", "eval_frame.py"),
@@ -75,7 +75,7 @@ class SyncSite:
     library_ops: dict[str, str] = field(default_factory=dict)
 
 
-class _Frames:
+class CallerFrames:
     """Classifies source files as user code, a library (by package) or transparent plumbing."""
 
     def __init__(self, libraries: tuple[str, ...]) -> None:
@@ -148,7 +148,7 @@ class SyncSpy(TorchDispatchMode):
         # CPU run: tensors derived from trainable parameters (weak keys: nothing is kept alive)
         self._derived: WeakIdKeyDictionary | None = None if self.accelerator else (
             derived if derived is not None else WeakIdKeyDictionary())
-        self._frames = _Frames(libraries)
+        self._frames = CallerFrames(libraries)
         self._tid = threading.get_ident()
         self._saved: dict[str, Any] = {}
         self._depth = 0

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report import gpu as gpu_mod
 from profcallbacks.report.advice import RunContext
 from profcallbacks.report.events import scan
+from profcallbacks.report.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.generations import LOADER_PREFIXES
 from profcallbacks.report.host import host_side
 from profcallbacks.report.verdict import decide
 
-UNHEALTHY_TRIGGERS = frozenset({"slowdown", "memory", "validation"})
-"""Captures that are not ordinary training steps: taken because steps were slow, under the memory
-spy (``profile_memory`` plus a dispatch mode), or of a whole evaluation; left out of the run's
-verdict and mean breakdown, and never the "before" of a slowdown diagnosis."""
 _METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
                 "comm_exposed_ms")
 
@@ -102,15 +100,19 @@ def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
                      context: RunContext | None = None,
                      previous: str | None = None) -> dict[str, Any]:
-    """``metrics`` (pooled over the capture's files) and ``verdict`` of one capture.
+    """``metrics`` (pooled over the capture's files), ``verdict``, ``diagnoses`` and
+    ``throughput`` of one capture.
 
     ``previous`` is the verdict kind of the run's previous healthy capture (``decide``'s
     hysteresis); ``context`` fits the advice to the run.
     """
-    metrics = pool([f["metrics"] for f in files])
+    metrics = pool([f["metrics"] for f in files if "metrics" in f])
+    diagnoses = pool_diagnoses([(f"rank {f.get('rank', '-')}", f.get("diagnoses") or [])
+                                for f in files])
     return {"metrics": metrics,
             "verdict": decide(metrics, sync_sites, context=context, previous=previous)
-            if metrics else None}
+            if metrics else None,
+            "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
 
 
 def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,

@@ -16,10 +16,12 @@ from profcallbacks.report.analysis import (
     run_verdict,
 )
 from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
+from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
 from profcallbacks.report.reading import as_int as _int
+from profcallbacks.report.restarts import split_runs
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
@@ -64,14 +66,21 @@ def locate_run(path: Path) -> RunFiles:
     return runs[0]
 
 
-def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
-    """Reads every file of ``run`` and returns the report (see docs/report-schema.md)."""
+def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
+    """Reads every file of ``run`` and returns the report (see docs/report-schema.md).
+
+    ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
+    """
     problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
-    findings = _read_findings(run, problems)
+    split = split_runs(interval_rows, _read_findings(run, problems))  # a restarted run: the latest
+    interval_rows = split.rows
+    findings = sorted(({k: v for k, v in f.items() if k != "run"} for f in split.findings),
+                      key=lambda f: (_int(f["step"]), _int(f["rank"])))  # as Finding.to_dict()
     traces: list[TraceSummary] = []
     healthy: list[TraceSummary] = []
     captures: list[dict[str, Any]] = []
+    earlier_paths: set[Path] = set()
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
@@ -110,7 +119,11 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
+        run_number = split.capture_run.get(capture.directory.name, split.runs)
+        if run_number != split.runs:  # an earlier run's capture: listed, never merged
+            earlier_paths.update(capture.files)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
+                         "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files, "analyses": analyses,
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
@@ -125,12 +138,17 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
     for c in captures:
         pooled = capture_analysis(c["analyses"], sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
+        c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
+        c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
         c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         del c["analyses"]
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
-    verdict = run_verdict(captures, sync_sites, context=context)
+    latest = [c for c in captures if c["run"] == split.runs]
+    verdict = run_verdict(latest, sync_sites, context=context)
+    chosen = [c for c in latest if c["trigger"] not in UNHEALTHY_TRIGGERS] or latest
+    run_diagnoses = pool_diagnoses([(c["directory"], c["diagnoses"]) for c in chosen])
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
@@ -148,10 +166,14 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "ranks": ranks,
         "steps": step_stats(intervals),
         "verdict": verdict,
+        "diagnoses": run_diagnoses,
         "run_context": context.public(),
-        "breakdown": breakdown(healthy or traces),
+        "earlier_runs": split.earlier,
+        "breakdown": breakdown([t for t in healthy or traces if t.path not in earlier_paths]
+                               or healthy or traces),
         "captures": captures,
-        "top_operators": top_operators(traces, top),
+        "top_operators": top_operators([t for t in traces if t.path not in earlier_paths]
+                                       or traces, top),
         "findings": findings,
         "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
@@ -159,6 +181,14 @@ def build_report(run: RunFiles, *, top: int = 15) -> dict[str, Any]:
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }
+
+
+def _with_sites(diagnoses: list[dict[str, Any]], sync_sites: list[str]) -> list[dict[str, Any]]:
+    """The run's own sync findings name the user's line of a ``sync_in_step`` diagnosis."""
+    if not sync_sites:
+        return diagnoses
+    return [dict(d, where=", ".join(sync_sites[:3])) if d["kind"] == "sync_in_step" else d
+            for d in diagnoses]
 
 
 def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -171,9 +201,9 @@ def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[s
                 continue
             details = row.get("details")
             findings.append({k: row[k] for k in FINDING_KEYS[:5]}
-                            | {"details": details if isinstance(details, dict) else {}})
-    findings.sort(key=lambda f: (_int(f["step"]), _int(f["rank"])))
-    return findings
+                            | {"details": details if isinstance(details, dict) else {}}
+                            | ({"run": str(row["run"])} if row.get("run") else {}))
+    return findings  # in file order: report/restarts.py numbers the runs by it
 
 
 def group_findings(findings: list[dict[str, Any]], context: RunContext | None = None,

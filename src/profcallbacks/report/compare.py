@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from profcallbacks.report.build import SCHEMA_VERSION
+from profcallbacks.report.expert import diagnosis_changes
 from profcallbacks.report.safe import visible
 
 ALL_OPERATORS = sys.maxsize
@@ -43,6 +44,7 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> d
         "verdict": {"a": a.get("verdict"), "b": b.get("verdict")},
         "gpu_breakdown": {key: _change(_mean_share(a, key), _mean_share(b, key)) for key in GPU_SHARES},
         "findings": _findings(a["findings_by_kind"], b["findings_by_kind"]),
+        "diagnoses": diagnosis_changes(a.get("diagnoses") or [], b.get("diagnoses") or []),
         "problems": a["problems"] + b["problems"],
     }
 
@@ -118,6 +120,7 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
             name = r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "..."
             out.append(f"  {name:<60} {_fmt(a):>10} -> {_fmt(b):>10}  {r['delta_ms']:+.3f} ms"
                        + ("" if r["status"] == "changed" else f"  ({r['status']})"))
+    out += _diagnosis_lines(cmp.get("diagnoses"))
     out += ["", "Findings (count A -> B)"]
     out += [f"  {r['kind']}: {r['count_a']} -> {r['count_b']} ({r['status']})"
             for r in cmp["findings"]] or ["  none in either run"]
@@ -125,6 +128,17 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
         out += ["", "Files that could not be read"]
         out += [f"  {p['file']}: {p['error']}" for p in cmp["problems"]]
     return visible("\n".join(out) + "\n")  # no raw escape sequences reach a terminal
+
+
+def _diagnosis_lines(changes: dict[str, Any] | None) -> list[str]:
+    if not changes or not any(changes.values()):
+        return []
+    out = ["", "Diagnoses (possible gain per step, A -> B)"]
+    out += [f"  {d['kind']}: appeared, up to {d['gain_ms']:.2f} ms" for d in changes["appeared"]]
+    out += [f"  {d['kind']}: went (was up to {d['gain_ms']:.2f} ms)" for d in changes["went"]]
+    out += [f"  {d['kind']}: {d['gain_ms_a']:.2f} -> {d['gain_ms_b']:.2f} ms ({d['delta_ms']:+.2f} ms)"
+            for d in changes["changed"]]
+    return out
 
 
 def _fmt(value: float | None, share: bool = False) -> str:

@@ -28,11 +28,14 @@ try:
     """The value of a field the event does not have."""
 
     class Args(msgspec.Struct, gc=False):
-        """The ``args`` keys the report reads."""
+        """The ``args`` keys the report reads (operator shapes left undecoded until read)."""
 
         stream: Any = -1
         correlation: Any = -1
         profcallbacks: Any = None
+        flops: Any = None
+        dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+        concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
 
     class Event(msgspec.Struct, gc=False):
         """One trace event: the fields the report reads (``MISSING`` when absent)."""
@@ -59,20 +62,24 @@ try:
         list[Event | list[Any] | str | int | float | bool | None])
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
     DECODER = "msgspec"
+    _RAW: Any = msgspec.Raw
 except ImportError:  # pragma: no cover - exercised where msgspec is absent
     _decoder = None
     _batch_decoder = None
     _DECODE_ERRORS = ()
     DECODER = "dicts"
+    _RAW = None
     MISSING = type("Missing", (), {"__slots__": (), "__repr__": lambda self: "MISSING"})()
 
     class Args:  # type: ignore[no-redef]
         """The ``args`` keys the report reads."""
 
-        __slots__ = ("stream", "correlation", "profcallbacks")
+        __slots__ = ("stream", "correlation", "profcallbacks", "flops", "dims", "concrete")
 
-        def __init__(self, stream: Any = -1, correlation: Any = -1, profcallbacks: Any = None) -> None:
+        def __init__(self, stream: Any = -1, correlation: Any = -1, profcallbacks: Any = None,
+                     flops: Any = None, dims: Any = None, concrete: Any = None) -> None:
             self.stream, self.correlation, self.profcallbacks = stream, correlation, profcallbacks
+            self.flops, self.dims, self.concrete = flops, dims, concrete
 
     class Event:  # type: ignore[no-redef]
         """One trace event: the fields the report reads (``MISSING`` when absent)."""
@@ -95,13 +102,32 @@ except ImportError:  # pragma: no cover - exercised where msgspec is absent
             self.traceEvents, self.profcallbacks = traceEvents, profcallbacks
             self.distributedInfo, self.deviceProperties = distributedInfo, deviceProperties
 
+def _raw(value: Any) -> Any:
+    """``value`` as ``Args.dims``/``concrete`` hold it: undecoded JSON (``msgspec.Raw``) where
+    msgspec decodes, the parsed value otherwise (``shape_value`` reads both)."""
+    if _RAW is None:
+        return value
+    return _RAW(msgspec.json.encode(value))
+
+
+def shape_value(value: Any) -> Any:
+    """The parsed ``Input Dims``/``Concrete Inputs`` of an ``Args`` (None when absent or bad)."""
+    if _RAW is not None and isinstance(value, _RAW):
+        try:
+            return msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    return value
+
+
 def _event(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     get = value.get
     args = get("args", MISSING)
     if isinstance(args, dict):
-        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("profcallbacks"))
+        args = Args(args.get("stream", -1), args.get("correlation", -1), args.get("profcallbacks"),
+                    args.get("flops"), _raw(args.get("Input Dims")), _raw(args.get("Concrete Inputs")))
     return Event(get("ph", MISSING), get("cat", MISSING), get("name", MISSING), get("pid", MISSING),
                  get("tid", MISSING), get("ts", MISSING), get("dur", MISSING), args)
 

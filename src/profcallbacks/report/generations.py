@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.capture.postprocess import DATALOADER_PREFIXES
+from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 from profcallbacks.report.decode import Trace
 
 OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",

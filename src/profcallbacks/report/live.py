@@ -6,18 +6,22 @@ training thread, where the session emits them.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.advice import run_context
-from profcallbacks.report.analysis import UNHEALTHY_TRIGGERS, analyse_events, pool
+from profcallbacks.report.analysis import analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
+from profcallbacks.report.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES
-from profcallbacks.report.reading import gc_paused
+from profcallbacks.report.growth import describe, growth_pattern
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide, label
 
@@ -37,7 +41,10 @@ def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None
     steps = max(len(summary.steps), 1)
     context = run_context([summary.format], names=summary.cpu_ops,
                           world_size=info.rank.world_size)
+    expert = trace_expert(trace.traceEvents, trace.deviceProperties)
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
+            "diagnoses": fit_to_run(expert["diagnoses"], context),
+            "throughput": expert["throughput"],
             "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
@@ -65,6 +72,9 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             trace = slim(trace_file, Path(info.name))
         else:
             trace = load_trace(trace_file)
+        if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
+            # the published directory: name-2, name-3 ... when an earlier run took the name
+            info = dataclasses.replace(info, name=trace_file.parent.name)
         earlier = [p["verdict"]["kind"] for p in history
                    if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
         profile = capture_profile(trace, info, earlier[-1] if earlier else None)
@@ -73,26 +83,43 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     findings = []
     verdict = profile["verdict"]
     if verdict is not None:
+        leading = profile["diagnoses"][:TOP_LIVE]
+        first = (f" Top diagnosis: {leading[0]['kind']}, up to {leading[0]['gain_ms']:.2f} ms per "
+                 f"step: {leading[0]['fix'][0]}" if leading else "")
         findings.append(Finding(
             CAPTURE_VERDICT, step, info.rank.rank, "info",
             f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
-            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}",
-            {"capture": info.name, **verdict}))
+            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
+            {"capture": info.name, **verdict, "diagnoses": leading,
+             "throughput": profile["throughput"]}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
-    if info.trigger == "slowdown" and healthy and profile["metrics"]:
+    if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
         before = healthy[-1]
         changes = diagnose(before, profile)
         if changes:
             top = changes[0]
+            growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
+                                    {**before["cpu_ops"], **before["gpu_ops"]},
+                                    {**profile["cpu_ops"], **profile["gpu_ops"]})
+            clause = describe(growth)
             findings.append(Finding(
                 SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
                 f"step {before['metrics']['step_ms']:.2f} -> {profile['metrics']['step_ms']:.2f} ms "
-                f"since capture {before['name']}; grew most: {top['what']} "
-                f"{top['before_ms']:.2f} -> {top['after_ms']:.2f} ms per step",
+                f"since capture {before['name']}; " + (f"{clause}; " if clause else "")
+                + f"grew most: {top['what']} {top['before_ms']:.2f} -> {top['after_ms']:.2f} ms "
+                "per step",
                 {"changes": changes, "before": before["name"], "after": info.name,
-                 "before_verdict": before["verdict"], "after_verdict": verdict}))
+                 "before_verdict": before["verdict"], "after_verdict": verdict,
+                 "growth": growth}))
     history.append(profile)
     return findings
+
+
+def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+    """The step's parts (ms per step) that add up to it, for ``growth.growth_pattern``."""
+    data, ops = metrics["data_wait_ms"], metrics["cpu_ops_ms"]
+    return {"data wait": data, "CPU operators": ops,
+            "other": max(metrics["step_ms"] - data - ops, 0.0)}
 
 
 def diagnose(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:

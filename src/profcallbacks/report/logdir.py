@@ -62,21 +62,35 @@ def scan_run(root: Path) -> RunFiles:
     for name in _listdir(root, run):
         child = root / name
         parsed = parse_capture_dir(name)
-        if parsed and child.is_dir():
+        if parsed and child.is_dir() and _inside(child, root, run):
             files = sorted(child / f for f in _listdir(child, run)
-                           if TRACE_FILE.match(f) and (child / f).is_file())
+                           if TRACE_FILE.match(f) and (child / f).is_file()
+                           and _inside(child / f, root, run))
             merged = next((child / f for f in _listdir(child, run) if MERGED_FILE.match(f)), None)
             run.captures.append(Capture(child, *parsed, files, merged))
     meta = root / META_DIR
-    if meta.is_dir():
+    if meta.is_dir() and _inside(meta, root, run):
         for name in _listdir(meta, run):
             rank_file = parse_rank_file(name)
-            if rank_file:
+            if rank_file and _inside(meta / name, root, run):
                 rank, what = rank_file
                 target = run.findings_files if what == "findings" else run.steps_files
                 target[rank] = meta / name
     run.captures.sort(key=lambda c: (c.first_step, c.directory.name))
     return run
+
+
+def _inside(path: Path, root: Path, run: RunFiles) -> bool:
+    """``path`` is no link leading out of ``root``; one that does is a problem of the run and
+    is not read (in a shared log directory another user may have planted it)."""
+    if not path.is_symlink():
+        return True
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, base]) == base:
+        return True
+    run.problems.append({"file": str(path), "error": f"a link out of the log directory (to "
+                                                     f"{real}); not read"})
+    return False
 
 
 def _listdir(path: Path, run: RunFiles) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import logging
@@ -12,8 +11,7 @@ import stat
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,24 +71,6 @@ class Progress:
             self._stream.flush()
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pauses the cyclic garbage collector while building a large acyclic tree.
-
-    Parsing a trace allocates millions of dicts and lists; each allocation burst triggers a
-    collection that walks every object made so far. Pausing it made parsing plus summarising
-    a 24 MB trace about 3x faster here (json 3.6 s -> 0.9 s, orjson 2.2 s -> 0.7 s). Parsed
-    JSON holds no reference cycles, so nothing is left for the collector afterwards.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def progress_stream(size: int) -> TextIO | None:
     """``sys.stderr`` when it is a terminal and ``size`` bytes take long enough to need a bar."""
     return sys.stderr if size >= PROGRESS_MIN_BYTES and sys.stderr.isatty() else None
@@ -144,6 +124,10 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
             limit = MAX_DECOMPRESSED_BYTES
             if gz:
                 limit = min(limit, max(size * MAX_GZIP_RATIO, _RATIO_FLOOR))
+        if not gz and size > limit:  # refused before reading a byte of it
+            os.close(fd)
+            raise ReadError(path, f"{size} bytes, more than the {limit >> 20} MiB read at most; "
+                                  "not read")
         out = bytearray()
         with open(fd, "rb") as raw:
             bar = Progress(path.name, size, progress_stream(size))

@@ -6,6 +6,7 @@ import textwrap
 from typing import Any
 
 from profcallbacks.report.budgets import budget_lines
+from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
 from profcallbacks.report.memory import memory_text
@@ -32,14 +33,24 @@ def render_text(report: dict[str, Any]) -> str:
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
-    out = _verdict_lines(report.get("verdict"), "Verdict", read) + out
+    out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
+        report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
+    earlier = report.get("earlier_runs") or []
+    if earlier:
+        runs = "; ".join(
+            f"run {r['run']}: steps {r['first_step']}-{r['last_step']}, {r['findings']} finding(s)"
+            + (f", captures {', '.join(r['captures'])}" if r["captures"] else "") for r in earlier)
+        out += textwrap.wrap(f"This log directory holds the files of {len(earlier) + 1} runs (a "
+                             f"restart into it): {runs}. What follows is run {len(earlier) + 1}, "
+                             "the latest; the earlier runs' steps and findings are not merged "
+                             "into it.", 100) + [""]
     if report.get("foreign"):
         out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
                 "follows is read from the traces alone", ""]
     else:
         out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"], bool(report.get("foreign")))
-    out += _captures_section(report["captures"])
+    out += _captures_section(report["captures"], earlier)
     out += budget_lines(report)
     out += _operators_section(report["top_operators"], read)
     out += memory_text(report.get("memory"))
@@ -102,7 +113,9 @@ def _breakdown_section(bd: dict[str, Any] | None, foreign: bool = False) -> list
     return out + [""]
 
 
-def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
+def _captures_section(captures: list[dict[str, Any]],
+                      report_runs: list[dict[str, Any]] | None = None) -> list[str]:
+    report_runs = report_runs or []
     out = ["Captures"]
     if not captures:
         return out + ["  none", ""]
@@ -111,7 +124,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
         kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
+        earlier_run = c.get("run") not in (None, len(report_runs) + 1)
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
+                     + (f" (run {c['run']})" if earlier_run else "")
                      + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
     for c in captures:
@@ -127,6 +142,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
                 out.append(f"  GPU {f['path']}: idle {_pct(gb['idle_share'])}, compute "
                            f"{_pct(gb['compute_share'])}, non-compute {_pct(gb['non_compute_share'])}"
                            f", comm overlap {_pct(overlap)}")
+        line = throughput_text(c.get("throughput"))
+        if line:
+            out.append(f"  {c['directory']}: {line}")
         if c.get("ranks_differ"):
             out.append(f"  {c['directory']}: ranks differ: {c['ranks_differ']}")
         bd = c.get("breakdown")

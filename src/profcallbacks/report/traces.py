@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.collector import gc_paused
 from profcallbacks.report.analysis import analyse_events
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
+from profcallbacks.report.expert import trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, normalise
 from profcallbacks.report.intervals import covered, merge, subtract
-from profcallbacks.report.reading import ReadError, gc_paused
+from profcallbacks.report.reading import ReadError
 from profcallbacks.report.reading import as_int as _int
 from profcallbacks.report.stream import STREAM_MIN_BYTES, stream_trace
 
@@ -76,6 +78,7 @@ def summarise_file(path: Path) -> TraceSummary:
         except Exception as exc:  # the verdict is lost, the rest of the file is still reported
             summary.analysis = {"problems": [f"no GPU breakdown or verdict ({type(exc).__name__}: "
                                              f"{exc})"]}
+        summary.analysis.update(trace_expert(trace.traceEvents, trace.deviceProperties))
         del trace  # freed while the collector is paused: it has nothing to walk afterwards
         return summary
 

@@ -11,7 +11,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 
-from profcallbacks.core.checks import check_int, check_number
+from profcallbacks.options.checks import check_int, check_number
 from profcallbacks.watch.state import LogdirState
 from profcallbacks.watch.view import render
 

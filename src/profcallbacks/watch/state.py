@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
 from profcallbacks.findings import CAPTURE_VERDICT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
@@ -18,6 +21,8 @@ from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
 SPARK_POINTS = 240
 """Step summaries kept per rank for the sparkline (older ones are merged pairwise)."""
 MAX_FINDINGS = 200
+MAX_REPORT_BYTES = 64 << 20
+"""Most bytes of a ``--report`` JSON read (it is never a FIFO or a device either)."""
 SEARCH_EVERY_S = 5.0
 """Seconds between searches for a run below a directory that holds none itself."""
 
@@ -117,13 +122,13 @@ class LogdirState:
     def poll(self) -> bool:
         """Reads what changed; ``True`` when anything new was found."""
         if not self.exists:
-            return False
+            return self._forget()  # deleted: what it showed is gone too
         changed = self._follow_run_below()
         changed |= self._read_report()
         changed |= self._scan_captures()
         meta = self.logdir / META_DIR
-        try:
-            names = sorted(p.name for p in meta.iterdir()) if meta.is_dir() else []
+        try:  # never through a link out of the log directory
+            names = sorted(p.name for p in meta.iterdir()) if _real_dir(meta) else []
         except OSError:
             names = []
         for name in names:
@@ -156,9 +161,13 @@ class LogdirState:
         exporting = any(c.name == STAGING_DIR and _has_entries(c) for c in children)
         changed |= exporting != self.exporting
         self.exporting = exporting
+        present = {c.name for c in children if _real_dir(c)}
+        for gone in [name for name in self.captures if name not in present]:
+            del self.captures[gone]  # deleted (or replaced by a link): no longer shown
+            changed = True
         for child in children:
             parsed = parse_capture_dir(child.name)
-            if parsed is None or not child.is_dir():
+            if parsed is None or child.name not in present:
                 continue
             view = self.captures.get(child.name)
             if view is None:
@@ -169,6 +178,18 @@ class LogdirState:
             changed |= files != view.files
             view.files = files
         return changed
+
+    def _forget(self) -> bool:
+        """The log directory is gone: drop everything read from it; True if anything was shown."""
+        had = bool(self.ranks or self.captures or self.findings or self._tails)
+        self.ranks.clear()
+        self.captures.clear()
+        self.findings.clear()
+        self.findings_total = 0
+        self._findings_per_rank.clear()
+        self._tails.clear()
+        self.exporting = False
+        return had
 
     def _follow_run_below(self) -> bool:
         """Given a parent of the run (``lightning_logs/``, ``output/``), follows the one run below
@@ -202,7 +223,7 @@ class LogdirState:
             mtime = self.report.stat().st_mtime
             if mtime == self._report_mtime:
                 return False
-            data = json.loads(self.report.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(self.report, max_bytes=MAX_REPORT_BYTES, follow=True))
         except (OSError, ValueError):
             return False  # not there yet, or being rewritten: try again next refresh
         self._report_mtime = mtime
@@ -231,6 +252,14 @@ class LogdirState:
             found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
             if found is not None:
                 self._set_verdict(*found)
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory, not a link to one (a link may lead out of the log directory)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _entries(path: Path) -> list[Path]:

@@ -36,16 +36,21 @@ def finding_verdict(row: dict[str, Any],
 
 
 def report_verdicts(data: Any) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
-    """The run's ``verdict`` and ``{capture directory: verdict}`` of a report JSON (schema 2).
+    """The run's ``verdict`` and ``{capture directory: verdict}`` of a report JSON (schema 2 or
+    later); from schema 3 each capture's verdict carries its ``diagnoses``.
 
     Example:
         >>> report_verdicts({"verdict": {"kind": "host_bound"},
         ...                  "captures": [{"directory": "step000005-schedule", "verdict": None}]})
         ({'kind': 'host_bound'}, {})
+        >>> report_verdicts({"captures": [{"directory": "d", "verdict": {"kind": "input_bound"},
+        ...                                "diagnoses": [{"kind": "input_pipeline"}]}]})[1]
+        {'d': {'kind': 'input_bound', 'diagnoses': [{'kind': 'input_pipeline'}]}}
     """
     if not isinstance(data, dict):
         return None, {}
     run = data.get("verdict")
-    per_capture = {str(c.get("directory")): c["verdict"] for c in data.get("captures") or []
+    per_capture = {str(c.get("directory")): dict(c["verdict"], diagnoses=c.get("diagnoses") or [])
+                   for c in data.get("captures") or []
                    if isinstance(c, dict) and isinstance(c.get("verdict"), dict)}
     return (run if isinstance(run, dict) else None), per_capture

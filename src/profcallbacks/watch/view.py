@@ -126,12 +126,13 @@ def _captures_table(state: LogdirState, limit: int) -> RenderableType:
     if not state.captures:
         return Text("no captures yet", style="dim")
     table = Table(title="Captures (newest first)", title_justify="left")
-    for name in ("capture", "trigger", "first step", "traces", "verdict"):
+    for name in ("capture", "trigger", "first step", "traces", "verdict", "top diagnoses"):
         table.add_column(name)
     newest = sorted(state.captures.values(), key=lambda c: (c.first_step, c.name), reverse=True)
     for c in newest[:limit]:
         table.add_row(c.name, c.trigger + (" (partial)" if c.partial else ""), str(c.first_step),
-                      str(c.files), _verdict(c.verdict) if c.verdict else "-")
+                      str(c.files), _verdict(c.verdict) if c.verdict else "-",
+                      _diagnoses(c.verdict) if c.verdict else "-")
     if len(newest) > limit:
         table.caption = f"{len(newest) - limit} older not shown"
     return table
@@ -151,6 +152,16 @@ def _findings_table(state: LogdirState, limit: int) -> RenderableType:
                       Text(str(f.get("kind", "?")), style=SEVERITY_STYLE.get(severity, "")),
                       message if len(message) <= 160 else message[:157] + "...")
     return table
+
+
+def _diagnoses(verdict: dict[str, Any], limit: int = 3) -> str:
+    """``kind (up to N ms)`` of a verdict's top diagnoses, or ``-``."""
+    rows = verdict.get("diagnoses")
+    if not isinstance(rows, list):
+        return "-"
+    out = [f"{d.get('kind')} ({d['gain_ms']:.1f} ms)" if isinstance(d.get("gain_ms"), (int, float))
+           else str(d.get("kind")) for d in rows[:limit] if isinstance(d, dict)]
+    return ", ".join(out) or "-"
 
 
 def _verdict(verdict: dict[str, Any]) -> str:

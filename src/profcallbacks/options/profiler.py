@@ -6,16 +6,15 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.options import TraceOptions
-from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
-from profcallbacks.capture.schedule import Schedule
-from profcallbacks.core.checks import check_bool, check_int, check_number, check_type, fail
-from profcallbacks.core.timing import SUMMARY_MIN_S
-from profcallbacks.detect.memory import MemoryConfig
-from profcallbacks.detect.slowdown import SlowdownConfig
-from profcallbacks.detect.stall import StallConfig
-from profcallbacks.detect.sync_audit import SyncAuditConfig
+from profcallbacks.options.bounds import MAX_CAPTURE_STEPS, SUMMARY_MIN_S
+from profcallbacks.options.budget import ByteBudget
+from profcallbacks.options.checks import check_bool, check_int, check_number, check_type, fail
+from profcallbacks.options.memory import MemoryConfig
+from profcallbacks.options.schedule import Schedule
+from profcallbacks.options.slowdown import SlowdownConfig
+from profcallbacks.options.stall import StallConfig
+from profcallbacks.options.sync_audit import SyncAuditConfig
+from profcallbacks.options.trace import TraceOptions
 
 MAX_CAPTURES = 10_000
 """Most capture windows one run may take (each is a trace on disk)."""
@@ -46,8 +45,8 @@ class ProfilerConfig:
         ranks: Global ranks that write traces (``None``: all). Every rank still times its steps.
         stall: Dataloader-stall detection (``None``: off).
         slowdown: Step-slowdown alerts (``None``: off).
-        sync_audit: Look for host-device sync points in the user's code: ``True`` for the
-            defaults, a ``SyncAuditConfig`` to choose the audited steps and an allowlist.
+        sync_audit: Look for host-device sync points in the user's code: a ``SyncAuditConfig``
+            (``None``: off; ``True``/``False`` are taken as the defaults/``None``).
         capture_validation: Capture each validation/evaluation run between training steps in a
             window of its own (``stepNNNNNN-validation``; counts towards ``max_captures``).
         memory: Memory numbers at each step summary and ``memory_creep`` alerts (``None``: off).
@@ -75,7 +74,7 @@ class ProfilerConfig:
     ranks: tuple[int, ...] | None = None
     stall: StallConfig | None = field(default_factory=StallConfig)
     slowdown: SlowdownConfig | None = field(default_factory=SlowdownConfig)
-    sync_audit: bool | SyncAuditConfig = True
+    sync_audit: SyncAuditConfig | None = field(default_factory=SyncAuditConfig)
     capture_validation: bool = False
     memory: MemoryConfig | None = field(default_factory=MemoryConfig)
     baseline_capture: bool = True
@@ -94,8 +93,10 @@ class ProfilerConfig:
                    "a profcallbacks.Schedule or None (on-demand captures only)", "Schedule(active=3)")
         check_type(owner, "trace", self.trace, TraceOptions, "a profcallbacks.TraceOptions",
                    "TraceOptions(with_stack=True)")
-        check_type(owner, "sync_audit", self.sync_audit, (bool, SyncAuditConfig),
-                   "True, False or a profcallbacks.SyncAuditConfig", "SyncAuditConfig(at_step=20)")
+        check_type(owner, "sync_audit", self.sync_audit, (bool, SyncAuditConfig, type(None)),
+                   "a profcallbacks.SyncAuditConfig or None (off)", "SyncAuditConfig(at_step=20)")
+        if isinstance(self.sync_audit, bool):  # the older spelling of the defaults / off
+            object.__setattr__(self, "sync_audit", SyncAuditConfig() if self.sync_audit else None)
         check_type(owner, "stall", self.stall, (StallConfig, type(None)),
                    "a profcallbacks.StallConfig or None (off)", "StallConfig()")
         check_type(owner, "slowdown", self.slowdown, (SlowdownConfig, type(None)),
@@ -143,5 +144,13 @@ class ProfilerConfig:
                        fix="Use e.g. on_finding=print.")
         return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
 
+    def options(self) -> dict[str, Any]:
+        """Every option by name: the keyword arguments of a front end that has this config."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def traces_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
+
+
+DEFAULTS = ProfilerConfig()
+"""Every option at its default: the defaults of the front ends' keyword signatures."""

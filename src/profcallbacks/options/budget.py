@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profcallbacks.core.checks import check_bool, check_int
+from profcallbacks.options.checks import check_bool, check_int
 
 MB = 1_000_000
 MIN_BUDGET_BYTES = 10_000

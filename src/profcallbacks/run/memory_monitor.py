@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.window import TraceCapture
+from profcallbacks.capture.trace_capture import TraceCapture
 from profcallbacks.core.safefs import make_private_dir, remove_own_tree
+from profcallbacks.core.triggers import MEMORY
 from profcallbacks.detect.memory import (
     CUDA_ALLOCATED,
     PROCESS_RSS,
@@ -29,7 +30,7 @@ from profcallbacks.layout import memory_snapshot_file
 
 log = logging.getLogger(__name__)
 
-TRIGGER = "memory"
+TRIGGER = MEMORY
 """Trigger (and capture directory suffix) of the capture a ``memory_creep`` alert asks for."""
 SNAPSHOT_ENTRIES = 100_000  # allocator events kept by the CUDA memory history of one capture
 

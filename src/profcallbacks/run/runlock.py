@@ -208,7 +208,7 @@ def claim_logdir(logdir: Path) -> RunLock:
     Raises:
         LogdirInUseError: A live run holds the marker.
     """
-    from profcallbacks.capture.export import recover_staging
+    from profcallbacks.capture.trace_writer import recover_staging
 
     lock = RunLock(logdir)
     lock.acquire()

@@ -1,35 +1,40 @@
-"""The framework-free core: step timing, detectors, capture windows and export, driven by plain calls."""
+"""The orchestrator: step timing, and the participants (captures, memory, audit, detectors) run
+between blocks of steps, driven by plain calls from a front end."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
-from profcallbacks.capture.planner import check_capture_steps
-from profcallbacks.capture.window import wall_ns
-from profcallbacks.config import ProfilerConfig
+from profcallbacks.core import reruns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.core.runlock import RunLock, claim_logdir
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
-from profcallbacks.core.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
-from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes
-from profcallbacks.detect.base import Detector, StepAuditor
-from profcallbacks.detect.defaults import default_auditor
+from profcallbacks.core.timing import IntervalSummary, StepTimes
+from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
+from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
 from profcallbacks.detect.loaders import describe_loader
-from profcallbacks.detect.memory_monitor import MemoryMonitor
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
+from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.run.defaults import default_auditor, default_detectors
+from profcallbacks.run.memory_monitor import MemoryMonitor
+from profcallbacks.run.participants import BaselineRule, CaptureWindows, MemoryWork, StepAudit
+from profcallbacks.run.runlock import RunLock, claim_logdir
+from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, TensorBoardWriter
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-MAX_AUDIT_STARTS = 10  # an audit cut short by pauses this often is given up
+LIVE_ANALYSIS = "profcallbacks.report.live:capture_findings"
+"""Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
@@ -58,32 +63,24 @@ class ProfilingSession:
 
     def __init__(self, config: ProfilerConfig, logdir: Path, *, rank: RankInfo | None = None,
                  clock: Clock = time.perf_counter, on_finding: FindingHandler | None = None,
-                 detectors: Iterable[Detector] = (), metrics_sinks: Iterable[MetricsSink] = (),
-                 start_step: int = 0, auditor: StepAuditor | None = None,
-                 log_findings: bool = True) -> None:
+                 detectors: Iterable[Detector | Participant] | None = None,
+                 metrics_sinks: Iterable[MetricsSink] = (), start_step: int = 0,
+                 auditor: StepAuditor | None = None, log_findings: bool = True) -> None:
         self.config = config
         self.logdir = Path(logdir)
         self.rank = rank or RankInfo.detect()
         self._clock = clock
-        self._detectors = list(detectors)
-        self._detector_attention: list[Callable[[int], int]] = [
-            d.attention_step for d in self._detectors if hasattr(d, "attention_step")]
-        self._auditor = auditor if auditor is not None else default_auditor(config, self.rank)
-        self._auditing = False
-        self._audit_starts = 0
+        self._step_clock = clock  # read by step_end(); on CUDA it also marks the step's event
         self._metrics_sinks = list(metrics_sinks)
         # log_findings=False: findings still reach files, TensorBoard and on_finding, not logging
         # (front ends pass it on ranks other than the world's first, so only one process prints)
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
-        self._captures = CaptureController(config, self.logdir, self.rank)
+        self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
-        slowdown = config.slowdown
-        self._baseline_step: int | None = (  # ask for one capture of healthy steps here
-            start_step + slowdown.warmup_steps + 1 if config.baseline_capture and slowdown is not None
-            and config.capture_on_slowdown else None)
-        self._memory = (MemoryMonitor(config.memory, self.logdir, rank=self.rank.rank)
-                        if config.memory is not None else None)
+        self._participants = self._own_participants(start_step, auditor)
+        for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
+            self.add_detector(detector)
         steps, min_s = config.summary_every
         self._times = StepTimes(interval=steps, min_s=min_s)
         self._tensorboard: TensorBoardWriter | None = None
@@ -101,7 +98,6 @@ class ProfilingSession:
         self._first = start_step  # number of the block's first step
         self._block_captured = False
         self._block_after_pause = True
-        self._block_start_ns = 0  # wall clock at the block's start, inside capture windows
         self._block_len = 1  # the first block is one step: then the step rate is known
         periods = [BLOCK_S]  # a block lasts no longer than the period of anything polled
         if config.watch_capture_file:
@@ -114,6 +110,31 @@ class ProfilingSession:
         self._device_timer: DeviceStepTimer | None = None
         self._opened = False
         self._warned_closed = False
+
+    def _own_participants(self, start_step: int, auditor: StepAuditor | None) -> list[Participant]:
+        """The session's participants, in the order every hook runs (the detectors follow):
+
+        1. the baseline rule: it asks for its capture before the window opens at a boundary;
+        2. the capture windows: they open and close at the boundary (``end_block`` ends a
+           window step's span first, before any other bookkeeping);
+        3. the memory work: it looks at the window just opened, and its spy enters before the
+           audit's (dispatch modes leave in the order they came; ``close`` runs in reverse);
+        4. the sync audit: it starts only outside capture windows, and stops first at the end
+           of its step, before any detector work.
+        """
+        config = self.config
+        participants: list[Participant] = []
+        slowdown = config.slowdown
+        if config.baseline_capture and slowdown is not None and config.capture_on_slowdown:
+            participants.append(BaselineRule(self._captures, start_step + slowdown.warmup_steps + 1))
+        participants.append(CaptureWindows(self._captures))
+        if config.memory is not None:
+            participants.append(MemoryWork(MemoryMonitor(config.memory, self.logdir,
+                                                         rank=self.rank.rank), self._captures))
+        auditor = auditor if auditor is not None else default_auditor(config, self.rank)
+        if auditor is not None:
+            participants.append(StepAudit(auditor, self._captures))
+        return participants
 
     @property
     def step(self) -> int:
@@ -130,6 +151,11 @@ class ProfilingSession:
         return self._captures.captures
 
     @property
+    def export_helper_pid(self) -> int | None:
+        """Process id of the export helper while it runs (``None``: none yet, or a thread)."""
+        return self._captures.export_helper_pid
+
+    @property
     def captures_started(self) -> int:
         """Capture windows opened so far (they count towards ``max_captures``)."""
         return self._captures.captures_started
@@ -139,25 +165,26 @@ class ProfilingSession:
         self._captures.captures_started = captures_started
 
     def set_loader(self, loader: object) -> None:
-        """Tell the detectors which loader feeds the steps (its settings shape their advice)."""
+        """Tell the participants which loader feeds the steps (its settings shape their advice)."""
         try:
             info = describe_loader(loader)
         except Exception as exc:
             log.warning("profcallbacks: cannot read the loader's settings (%s).", exc)
             return
-        for detector in list(self._detectors):
-            receive = getattr(detector, "set_loader", None)
+        for participant in list(self._participants):
             try:
-                if receive is not None:
-                    receive(info)
-            except Exception as exc:  # a detector never stops training
-                self._disable(detector, self.step, exc)
+                participant.set_loader(info)
+            except Exception as exc:  # a participant never stops training
+                self._disable(participant, self.step, exc)
 
-    def add_detector(self, detector: Detector) -> None:
-        """Run ``detector`` on every finished step from now on (your own, or a test's recorder)."""
-        self._detectors.append(detector)
-        if hasattr(detector, "attention_step"):
-            self._detector_attention.append(detector.attention_step)
+    def add_detector(self, detector: Detector | Participant) -> None:
+        """Run ``detector`` on every finished step from now on (your own, or a test's recorder).
+
+        A :class:`~profcallbacks.detect.base.Participant` takes whole blocks and may use every
+        hook; any other object with ``observe(record)`` is shown one ``StepRecord`` per step.
+        """
+        self._participants.append(detector if isinstance(detector, Participant)
+                                  else RecordDetector(detector))
 
     @property
     def capture_open(self) -> bool:
@@ -170,8 +197,14 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
+    @property
+    def is_open(self) -> bool:
+        """Between ``open()`` and ``close()``."""
+        return self._opened
+
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
+        reruns.take_over(self.logdir, self)  # closes one a raised training left open here
         _prepare_logdir(self.logdir)
         try:
             # every rank first: the trigger agreement is a collective, so a rank that fails
@@ -189,7 +222,8 @@ class ProfilingSession:
 
     def _open(self) -> None:
         rank = self.rank.rank
-        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self.run_id = new_run_id()
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank), self.run_id)
         self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
@@ -198,21 +232,31 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank),
+                                                                run_id=self.run_id))
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
-            self.step_end = self._step_end_device  # type: ignore[method-assign]
+            self._step_clock = self._device_step_clock
         self._opened = True
         self._begin_block(self._clock(), after_pause=True)
 
-    def request_capture(self, steps: int | None = None, trigger: str = "manual") -> None:
+    def request_capture(self, steps: int | None = None, trigger: str = MANUAL, *,
+                        profile_memory: bool = False) -> None:
         """Capture ``steps`` steps (default ``config.capture_steps``) from the next step on.
 
         With several ranks the window starts at the next trigger agreement (a step that is a
         multiple of ``max(log_every_n_steps, 10)``), on every rank at once.
+
+        Args:
+            steps: Recorded steps (``None``: ``config.capture_steps``).
+            trigger: Names the capture directory (one of ``core.triggers.TRIGGERS``).
+            profile_memory: The trace records allocations too, whatever ``config.trace`` says.
         """
         check_capture_steps(steps)
-        self._captures.request(steps or self.config.capture_steps, trigger)
+        self._request(CaptureRequest(trigger, steps, profile_memory))
+
+    def _request(self, request: CaptureRequest) -> None:
+        self._captures.request(request)
         if self._opened and self._n < self._due:
             self._due = self._n + 1  # the block ends with this step: the window opens after it
 
@@ -244,13 +288,15 @@ class ProfilingSession:
             self._end_block(now)  # the steps so far are complete: a block boundary
             self._ends[0] = now  # a step_end() without resume() times from here
             self._due = 1
-        if (activity == "validation" and self.config.capture_validation and not self._paused
+        if (activity == VALIDATION and self.config.capture_validation and not self._paused
                 and self._opened):
-            self._captures.begin_between_steps(self.step, "validation")
+            self._captures.begin_between_steps(self.step, VALIDATION)
         self._paused = True
-        if self._auditing:
-            self._stop_audit(cancel=True)
-        self._captures.release_retired()  # between steps: free the last capture's events
+        for participant in list(self._participants):
+            try:
+                participant.pause()
+            except Exception as exc:
+                self._disable(participant, self.step, exc)
 
     def resume(self) -> None:
         """The work between steps is over: the next step starts timing now."""
@@ -272,25 +318,38 @@ class ProfilingSession:
         """The current optimizer step is complete.
 
         The hot path: a clock read, a store into the block buffer and one comparison. Everything
-        else (detectors, summaries, triggers, windows) runs in ``_attend`` once per block.
+        else (participants, summaries) runs in ``_block_boundary`` once per block. On CUDA the
+        clock read also records the step's CUDA event (``_device_step_clock``).
         """
-        now = self._clock()
+        now = self._step_clock()
         n = self._n + 1
         self._n = n
         self._ends[n] = now
         if n >= self._due:
-            self._attend(now)
+            self._block_boundary(now)
 
-    def _step_end_device(self) -> None:
-        ProfilingSession.step_end(self)
-        self._mark_device_step()
+    def _device_step_clock(self) -> float:
+        """The clock, after recording the step's CUDA event (read lazily, never synchronised)."""
+        timer = self._device_timer
+        if timer is not None:  # None: it failed earlier and is off, warned once
+            try:
+                timer.mark()
+            except Exception as exc:
+                log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
+                self._device_timer = None
+                self._step_clock = self._clock
+        return self._clock()
 
     def on_exception(self, error: BaseException) -> None:
         """A step raised ``error``: an ``out_of_memory`` finding if it is one (before ``close``)."""
-        if self._memory is not None and self._opened:
-            finding = self._memory.out_of_memory(self.step, error)
-            if finding is not None:
-                self.emit(finding)
+        if not self._opened:
+            return
+        for participant in list(self._participants):
+            try:
+                for finding in participant.on_exception(self.step, error):
+                    self.emit(finding)
+            except Exception as exc:
+                self._disable(participant, self.step, exc)
 
     def close(self, *, failed: bool = False) -> None:
         """Stop any capture (exported as partial), flush summaries and finish exports."""
@@ -301,12 +360,9 @@ class ProfilingSession:
         self._opened = False
         self._due = 0
         try:
-            if self._auditing:
-                self._stop_audit(cancel=True)
-            self._captures.close(failed=failed)
-            if self._memory is not None:
-                self._memory.close()
-            self._emit_capture_findings()
+            for participant in reversed(self._participants):
+                participant.close(failed=failed)
+            self._emit_taken_findings()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:
                 self._publish(summary, self._clock())
@@ -318,6 +374,17 @@ class ProfilingSession:
             if self._findings_file is not None:
                 self._findings_file.close()
             self._release_lock()
+            reruns.release(self.logdir, self)
+
+    def __del__(self) -> None:
+        """Collected while open (abandoned by an exception): close, with one warning."""
+        if getattr(self, "_opened", False) and not sys.is_finalizing():
+            log.warning("profcallbacks: a profiler on %s was never closed and is collected; it "
+                        "is closed now.", self.logdir)
+            try:
+                self.close(failed=True)
+            except Exception:  # never raise from the collector
+                pass
 
     def _leave_shared_files(self, lock: RunLock) -> None:
         """Another run took the log directory over (this one was suspended): write this run's
@@ -335,7 +402,7 @@ class ProfilingSession:
             self._lock.release()
             self._lock = None
 
-    def _attend(self, now: float) -> None:
+    def _block_boundary(self, now: float) -> None:
         """A block is complete or a step needs attention: process the block, begin the next."""
         if not self._opened:
             self._n = 0
@@ -349,15 +416,18 @@ class ProfilingSession:
         self._begin_block(now, after_pause=False)
 
     def _end_block(self, now: float) -> None:
-        """Hand the buffered steps to the summaries and the detectors, in step order."""
+        """Hand the buffered steps to the summaries and the participants, in step order."""
         n = self._n
         if n == 0:
             return
-        capture = self._captures.active
-        if capture is not None and capture.recording:  # blocks are one step long in windows
-            capture.add_span(self._first, self._block_start_ns, wall_ns())
-        audited = self._stop_audit(cancel=False) if self._auditing else None
         ends, first, captured = self._ends, self._first, self._block_captured
+        participants = list(self._participants)
+        ended: list[Finding] = []
+        for participant in participants:
+            try:
+                ended += participant.end_block(first)
+            except Exception as exc:  # a participant never stops training
+                self._disable(participant, first, exc)
         after_pause = self._block_after_pause
         times = list(map(sub, ends[1:n + 1], ends[:n]))  # one list per block, no object per step
         waits = self._waits[1:n + 1]
@@ -370,123 +440,53 @@ class ProfilingSession:
                 k = summary.last_step - first + 1
                 self._publish(summary, ends[k] if 0 < k <= n else now)
         found: list[Finding] = []
-        records: list[StepRecord] | None = None
-        for detector in list(self._detectors):
+        for participant in participants:
             try:
-                block = getattr(detector, "observe_block", None)
-                if block is not None:
-                    found += block(first, times, waits, captured, after_pause)
-                    continue
-                if records is None:  # only for detectors without observe_block
-                    records = [StepRecord(first + k, times[k], waits[k], captured, False)
-                               for k in range(n)]
-                    records[0] = records[0]._replace(after_pause=after_pause)
-                for record in records:
-                    found += detector.observe(record)
-            except Exception as exc:  # a detector never stops training
-                self._disable(detector, first, exc)
+                found += participant.observe_block(first, times, waits, captured, after_pause)
+            except Exception as exc:  # a participant never stops training
+                self._disable(participant, first, exc)
         if found:
-            found.sort(key=_finding_step)  # stable: per step in detector order, as step by step
+            found.sort(key=_finding_step)  # stable: per step in participant order, as step by step
             for finding in found:
-                self._on_detector_finding(finding)
-        for finding in audited or ():
-            self.emit(finding)
-        self._emit_capture_findings()
+                self._on_finding(finding)
+        for finding in ended:
+            self._on_finding(finding)
+        self._emit_taken_findings()
 
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
         """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
         step = self._first
-        if self._baseline_step is not None and step >= self._baseline_step:
-            self._baseline_step = None  # once: a capture of healthy steps, before any slowdown
-            if self._captures.captures_started == 0 and self._captures.active is None:
-                self.request_capture(trigger="baseline")
-        self._captures.begin_step(step, now)
-        active = self._captures.active
-        memory = self._memory
-        if memory is not None and (active is not None or memory.busy):
-            for finding in memory.window_step(step, active):  # before the audit's spy starts:
-                self.emit(finding)  # dispatch modes leave in the order they came
-        if self._auditor is not None:
-            self._start_audit_if_due()
-        self._block_captured = self._captures.affects_steps or self._auditing
+        participants = list(self._participants)
+        for participant in participants:
+            try:
+                for finding in participant.begin_block(step, now):
+                    self.emit(finding)
+            except Exception as exc:  # a participant never stops training
+                self._disable(participant, step, exc)
+        self._block_captured = any(p.disturbs_steps for p in self._participants)
         self._block_after_pause = after_pause
-        attention = self._captures.attention_step(step)
-        for detector_attention in self._detector_attention:
-            attention = min(attention, detector_attention(step))
-        if self._auditing or (self._memory is not None and self._memory.busy):
-            attention = step + 1  # steps watched one by one
-        elif self._auditor is not None and self._auditor.next_step is not None:
-            attention = min(attention, max(self._auditor.next_step, step + 1))
-        if self._baseline_step is not None:
-            attention = min(attention, max(self._baseline_step, step + 1))
-        self._due = max(1, min(self._block_len, attention - step))
-        self._block_start_ns = wall_ns() if active is not None else 0
+        boundary = min(p.boundary_step(step) for p in self._participants)
+        self._due = max(1, min(self._block_len, boundary - step))
         self._waits[1:] = _NO_WAITS  # waits added while paused belong to no step
         self._ends[0] = self._wait_from = self._clock()
 
-    def _emit_capture_findings(self) -> None:
-        """Findings the export helper made about published captures, emitted on this thread."""
-        for finding in self._captures.take_findings():
-            self._on_detector_finding(finding)
+    def _emit_taken_findings(self) -> None:
+        """Findings made elsewhere (the export helper's, about published captures), emitted on
+        this thread."""
+        for participant in list(self._participants):
+            for finding in participant.take_findings():
+                self._on_finding(finding)
 
-    def _mark_device_step(self) -> None:
-        timer = self._device_timer
-        if timer is None:  # it failed earlier and is off: warned once
-            return
-        try:
-            timer.mark()
-        except Exception as exc:
-            log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
-            self._device_timer = None
-
-    def _start_audit_if_due(self) -> None:
-        auditor = self._auditor
-        if (auditor is None or self._auditing or auditor.next_step is None
-                or self.step < auditor.next_step or self._captures.active is not None):
-            return
-        self._audit_starts += 1
-        if self._audit_starts > MAX_AUDIT_STARTS:
-            log.info("profcallbacks: the sync audit was cut short by pauses %d times; given up.",
-                     MAX_AUDIT_STARTS)
-            self._auditor = None
-            return
-        try:
-            auditor.begin_step(self.step)
-            self._auditing = True
-        except Exception as exc:
-            log.warning("profcallbacks: the sync audit failed to start (%s); it is disabled.", exc)
-            self._auditor = None
-
-    def _stop_audit(self, *, cancel: bool) -> list[Finding]:
-        """End the audit of this step; its findings once the last audited step is done."""
-        self._auditing = False
-        auditor = self._auditor
-        try:
-            if auditor is None:
-                return []
-            if cancel:
-                auditor.cancel()
-                return []
-            findings = list(auditor.end_step(self._first))  # blocks are one step long
-            if auditor.next_step is None:
-                self._auditor = None
-            return findings
-        except Exception as exc:
-            log.warning("profcallbacks: the sync audit failed (%s); it is disabled.", exc)
-            self._auditor = None
-            return []
-
-    def _disable(self, detector: Detector, step: int, exc: Exception) -> None:
+    def _disable(self, participant: Participant, step: int, exc: Exception) -> None:
         log.warning("profcallbacks: %s failed at step %d (%s: %s); it is disabled for the rest of "
-                    "the run.", type(detector).__name__, step, type(exc).__name__, exc)
-        self._detectors.remove(detector)
-        self._detector_attention = [d.attention_step for d in self._detectors
-                                    if hasattr(d, "attention_step")]
+                    "the run.", participant.name, step, type(exc).__name__, exc)
+        if participant in self._participants:
+            self._participants.remove(participant)
 
-    def _on_detector_finding(self, finding: Finding) -> None:
+    def _on_finding(self, finding: Finding) -> None:
         self.emit(finding)
-        if finding.capture is not None:  # the detector asks for a capture with this finding
-            self.request_capture(trigger=finding.capture)
+        if finding.capture is not None:  # the participant asks for a capture with this finding
+            self._request(finding.capture)
 
     def _publish(self, summary: IntervalSummary, now: float) -> None:
         """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""
@@ -494,33 +494,34 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         memory: dict[str, float] = {}
         findings: list[Finding] = []
-        if self._memory is not None:
+        for participant in list(self._participants):
             try:
-                memory, findings = self._memory.sample(summary.last_step, now)
-            except Exception as exc:  # memory numbers never stop training
-                log.warning("profcallbacks: reading memory failed (%s); memory numbers are off.",
-                            exc)
-                self._memory = None
+                values, found = participant.summary_sample(summary.last_step, now)
+            except Exception as exc:
+                self._disable(participant, summary.last_step, exc)
+                continue
+            memory.update(values)
+            findings += found
         assert self._publisher is not None
         self._publisher.publish(summary, self._extra_scalars(), memory)
         for finding in findings:
-            self._on_detector_finding(finding)
+            self._on_finding(finding)
 
     def _extra_scalars(self) -> dict[str, float]:
-        """Device step time (CUDA) and values of detectors that have a ``scalars()`` method."""
+        """Device step time (CUDA) and the participants' ``scalars()``."""
         values: dict[str, float] = {}
-        for detector in list(self._detectors):
-            extra = getattr(detector, "scalars", None)
+        for participant in list(self._participants):
             try:
-                values.update(extra() if extra is not None else {})
-            except Exception as exc:  # warned once: the detector is off for the rest of the run
-                self._disable(detector, self.step, exc)
+                values.update(participant.scalars())
+            except Exception as exc:  # warned once: it is off for the rest of the run
+                self._disable(participant, self.step, exc)
         if self._device_timer is not None:
             try:
                 values.update(self._device_timer.scalars())
             except Exception as exc:
                 log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
                 self._device_timer = None
+                self._step_clock = self._clock
         return values
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity
 
-from profcallbacks.core.checks import check_bool, fail
+from profcallbacks.options.checks import check_bool, fail
 
 _ACTIVITY_NAMES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 

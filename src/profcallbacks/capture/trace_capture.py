@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch.profiler import profile
 
-from profcallbacks.capture.options import TraceOptions
 from profcallbacks.capture.planner import Window
 from profcallbacks.capture.postprocess import StepSpan
+from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 

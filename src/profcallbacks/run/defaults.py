@@ -8,7 +8,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.detect.base import Detector, StepAuditor
 
 if TYPE_CHECKING:
-    from profcallbacks.config import ProfilerConfig
+    from profcallbacks.options.profiler import ProfilerConfig
 
 
 def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:

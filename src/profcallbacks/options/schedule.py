@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from profcallbacks.core.checks import check_int
+from profcallbacks.options.checks import check_int
 
 
 class Phase(enum.Enum):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from profcallbacks.core.checks import check_int, check_number, check_type, fail
+from profcallbacks.options.checks import check_int, check_number, check_type, fail
 
 if TYPE_CHECKING:
-    from profcallbacks.detect.straggler import StragglerConfig
+    from profcallbacks.options.straggler import StragglerConfig
 
 _OWNER = "SlowdownConfig"
 
@@ -90,7 +90,7 @@ class SlowdownConfig:
             check_int(owner, "rebaseline_after_steps", self.rebaseline_after_steps, minimum=1,
                       example=200)
         if self.straggler is not None:
-            from profcallbacks.detect.straggler import StragglerConfig
+            from profcallbacks.options.straggler import StragglerConfig
 
             check_type(owner, "straggler", self.straggler, StragglerConfig,
                        "a profcallbacks.StragglerConfig or None (off)", "StragglerConfig()")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (
     UnsafeEntryError,
@@ -43,7 +45,6 @@ from profcallbacks.layout import (
     parse_capture_dir,
     trace_file_name,
 )
-from profcallbacks.report.reading import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ _READY = ".ready"
 
 CaptureHook = Callable[[Path, CaptureInfo, list[Any]], list[Finding]]
 """Called after a capture is published with its trace file, its info and the run's history: a
-list the hook keeps for itself (``report.live.capture_findings`` appends a profile of each
-capture, so a slowdown capture is compared with an earlier healthy one)."""
+list the hook keeps for itself (the session's live analysis appends a profile of each capture,
+so a slowdown capture is compared with an earlier healthy one)."""
 
 
 GZIP_LEVEL = 1
@@ -270,13 +271,16 @@ def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
     return final
 
 
-def load_hook() -> CaptureHook | None:
-    """The live capture analysis, where installed (``profcallbacks.report.live``)."""
+def load_hook(spec: str | None) -> CaptureHook | None:
+    """The capture analysis named ``spec`` (``"module:function"``, given by whoever starts the
+    exporter), where installed; ``None`` for none."""
+    if spec is None:
+        return None
+    module, _, name = spec.partition(":")
     try:
-        from profcallbacks.report import live
+        hook: Any = getattr(importlib.import_module(module), name, None)
     except ImportError:
         return None
-    hook: Any = getattr(live, "capture_findings", None)
     return hook
 
 
@@ -340,14 +344,18 @@ def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
 
 
 def published_dir(logdir: Path, name: str, file: str) -> Path:
-    """The directory of capture ``name`` that holds ``file`` (``name``, ``name-2`` ...)."""
-    number = 1
+    """The directory of capture ``name`` that holds ``file`` (``name``, ``name-2`` ...).
+
+    The last one that holds it: a run restarted into the same log directory writes a file of the
+    same name into ``name-2``, and the earlier run's ``name`` must not be taken for it.
+    """
+    number, found = 1, None
     while True:
         final = logdir / numbered_capture_dir(name, number)
         if _lstat(final) is None:
-            return final if number == 1 else logdir / name
+            return found or logdir / name
         if file and is_own(final, kind="dir") and _lstat(final / file) is not None:
-            return final
+            found = final
         number += 1
 
 

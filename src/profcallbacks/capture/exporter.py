@@ -3,7 +3,7 @@
 The training process stops the profiler and lets kineto save its raw trace (what torch's own
 ``on_trace_ready`` export costs too), then hands the file to a helper process, started on the
 start of the run (on ranks that write traces), at the lowest CPU priority. There
-:class:`~profcallbacks.capture.export.CaptureWriter` parses, post-processes, gzips and publishes
+:class:`~profcallbacks.capture.trace_writer.CaptureWriter` parses, post-processes, gzips and publishes
 it without holding the training process's GIL. The helper
 reads jobs from its stdin: when the run closes, or the training process dies, it sees the end of
 the pipe, finishes what it has and exits, so it never outlives the run. Messages are pickles;
@@ -24,18 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.byte_budget import ByteBudget
-from profcallbacks.capture.export import (
+from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.published import AfterPublish
+from profcallbacks.capture.trace_writer import (
     CaptureWriter,
     load_hook,
     new_raw_trace_path,
     remove_raw,
     rescue_raw,
 )
-from profcallbacks.capture.postprocess import CaptureInfo
-from profcallbacks.capture.published import AfterPublish
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
+from profcallbacks.options.budget import ByteBudget
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ Message = tuple[Any, ...]
 
 _BOOT = ("import sys, types; m = types.ModuleType('profcallbacks'); m.__path__ = [sys.argv[1]]; "
          "sys.modules['profcallbacks'] = m; "  # this very package, wherever the child's sys.path points
-         "from profcallbacks.capture.export_helper import main; main()")
+         "from profcallbacks.capture.exporter import main; main()")
 
 
 class TraceExporter:
@@ -68,9 +68,10 @@ class TraceExporter:
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 budget: ByteBudget | None = None):
+                 analysis: str | None = None, budget: ByteBudget | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, budget)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis,
+                                 budget)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -89,6 +90,11 @@ class TraceExporter:
     def in_process(self) -> bool:
         """Exports run on a thread of this process (no helper process could be started)."""
         return self._channel is not None and self._channel.in_process
+
+    @property
+    def helper_pid(self) -> int | None:
+        """Process id of the helper while it runs (``None``: not started, gone, or a thread)."""
+        return self._channel.pid if self._channel is not None else None
 
     def prepare(self) -> None:
         """Start the helper now (a window begins), not when its first export is due.
@@ -218,6 +224,11 @@ class _Channel:
         return self._process is None
 
     @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    @property
     def gone(self) -> bool:
         """The helper ended before it was asked to (its pipe broke, or it exited)."""
         return self._done.is_set()
@@ -309,6 +320,7 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     The live capture analysis is imported at the first export, not at start-up.
     """
     writer: CaptureWriter | None = None
+    analysis: str | None = None
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -320,13 +332,14 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
-            budget: ByteBudget | None = message[4]
+            analysis = message[4]
+            budget: ByteBudget | None = message[5]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
                                    publish_timeout_s=message[3], after_publish=AfterPublish(
                                        Path(message[1]), budget) if budget is not None else None)
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
-                writer.on_published = load_hook()
+                writer.on_published = load_hook(analysis)
             info: CaptureInfo = message[2]
             writer.export(Path(message[1]), info)
             report("done", info.name)

@@ -8,8 +8,8 @@ import re
 import stat
 from pathlib import Path
 
-from profcallbacks.capture.planner import MAX_CAPTURE_STEPS
 from profcallbacks.layout import CAPTURE_FILE
+from profcallbacks.options.bounds import MAX_CAPTURE_STEPS
 
 log = logging.getLogger(__name__)
 

@@ -21,23 +21,26 @@ log = logging.getLogger(__name__)
 
 MetricsSink = Callable[[dict[str, float], int], None]
 """Receives ``{"profcallbacks/step_time_ms": ...}`` and the step number."""
+TENSORBOARD_BATCH_S = 5.0
+"""Seconds between two writes of buffered TensorBoard scalars (findings are written at once)."""
 
 
 class TensorBoardWriter:
     """Scalars and findings as TensorBoard data, next to the run's own scalars.
 
     Events are encoded here and appended to one ``events.out.tfevents.*`` file at most every
-    ``batch_s`` seconds (findings at once), on the calling thread: no writer thread competes with
-    training for the GIL or prints a traceback when the disk fills up. A write that fails (disk
+    ``batch_s`` seconds (default :data:`TENSORBOARD_BATCH_S`; findings at once), on the calling
+    thread: no writer thread competes with training for the GIL or prints a traceback when the
+    disk fills up. A write that fails (disk
     full, read-only) is undone, warned about once and retried (:class:`RecoveringAppender`).
     Without ``tensorboard`` installed this sink says so once and turns itself off.
     """
 
-    def __init__(self, logdir: Path, *, batch_s: float = 5.0) -> None:
+    def __init__(self, logdir: Path, *, batch_s: float | None = None) -> None:
         self._logdir = logdir
         self._file: RecoveringAppender | None = None
         self._disabled = False
-        self._batch_s = batch_s
+        self._batch_s = TENSORBOARD_BATCH_S if batch_s is None else batch_s
         self._buffer: list[tuple[dict[str, float], int]] = []
         self._next_write = 0.0
 
@@ -60,7 +63,7 @@ class TensorBoardWriter:
             self._file.flush(force=True)
         return self._file
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
+    def write_scalars(self, values: dict[str, float], step: int) -> None:
         self._buffer.append((values, step))
         now = time.monotonic()
         if now >= self._next_write:
@@ -137,8 +140,9 @@ class StepsFile:
     """
 
     def __init__(self, path: Path, *, flush_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, run_id: str | None = None) -> None:
         self.path = path
+        self._run = {"run": run_id} if run_id else None  # which run of the log directory
         self._out = RecoveringAppender(path, "step summaries")
         self._flush_s = STEPS_FLUSH_S if flush_s is None else flush_s
         self._clock = clock
@@ -162,7 +166,7 @@ class StepsFile:
         """Encode and write the queued lines (a failed write keeps them for a retry)."""
         rows, self._rows, self._held = self._rows, [], 0
         if rows:
-            self._out.append(b"".join([_steps_line(*row) for row in rows]), flush=False)
+            self._out.append(b"".join([_steps_line(*row, self._run) for row in rows]), flush=False)
         self._out.flush()
 
     def move_to(self, path: Path) -> None:
@@ -174,8 +178,9 @@ class StepsFile:
         self._out.close()
 
 
-def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | None) -> bytes:
-    row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
+def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | None,
+                run: dict[str, str] | None = None) -> bytes:
+    row = {**(run or {}), "rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
            "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
            "steps_excluded": summary.steps_excluded,
            "healthy_us": list(summary.healthy_us),
@@ -207,7 +212,7 @@ class SummaryPublisher:
                  tensorboard: TensorBoardWriter | None, steps_file: StepsFile | None) -> None:
         self._prefix = prefix
         self._rank = rank
-        self._sinks = list(sinks) + ([tensorboard.scalars] if tensorboard is not None else [])
+        self._sinks = list(sinks) + ([tensorboard.write_scalars] if tensorboard is not None else [])
         self._steps_file = steps_file
 
     @property

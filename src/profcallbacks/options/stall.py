@@ -1,0 +1,54 @@
+"""When waiting for data counts as a stall: the options of the stall detector."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profcallbacks.options.checks import check_int, check_number
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """When waiting for data counts as a stall (defaults are justified in the README).
+
+    The stall statistic is the median, over the last ``window`` steps cut into blocks of
+    ``max(block_steps, num_workers)`` steps, of each block's share of step time spent waiting for
+    data. A block is long enough to hold one burst of a multi-worker loader, and the median ignores
+    a block spoiled by a one-off hiccup.
+
+    Args:
+        share_threshold: Median block share (0-1) at or above which a stall episode begins.
+        clear_share: Median block share (0-1) below which a stall episode ends.
+        window: Steps (at least; rounded up to whole blocks, 3 blocks minimum) the median covers.
+        block_steps: Least steps per block; the loader's ``num_workers`` raises it.
+        isolated_factor: A single wait this many times the median step time is reported as an
+            isolated wait (when no stall is going on).
+        isolated_min_s: Waits shorter than this (seconds) are never reported as isolated waits.
+        max_isolated_reports: Most isolated-wait findings in one run.
+
+    Example:
+        >>> StallConfig(share_threshold=0.3, window=40).window
+        40
+    """
+
+    share_threshold: float = 0.2
+    clear_share: float = 0.1
+    window: int = 20
+    block_steps: int = 4
+    isolated_factor: float = 5.0
+    isolated_min_s: float = 0.05
+    max_isolated_reports: int = 5
+
+    def __post_init__(self) -> None:
+        owner = "StallConfig"
+        check_number(owner, "share_threshold", self.share_threshold, minimum=0.01, maximum=1.0,
+                     fix="Use e.g. share_threshold=0.2 (20% of step time).")
+        check_number(owner, "clear_share", self.clear_share, minimum=0.0,
+                     maximum=self.share_threshold,
+                     fix="Use e.g. clear_share=0.1 (not above share_threshold).")
+        check_int(owner, "window", self.window, minimum=1, maximum=100_000, example=20)
+        check_int(owner, "block_steps", self.block_steps, minimum=1, maximum=10_000, example=4)
+        check_number(owner, "isolated_factor", self.isolated_factor, minimum=1.0, example=5.0)
+        check_number(owner, "isolated_min_s", self.isolated_min_s, minimum=0.0, example=0.05)
+        check_int(owner, "max_isolated_reports", self.max_isolated_reports, minimum=0,
+                  maximum=10_000, fix="Use 0 to never report isolated waits.")

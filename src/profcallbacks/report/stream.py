@@ -19,15 +19,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.report.decode import MISSING, Event, Trace, decode_events
+from profcallbacks.report.decode import _RAW, MISSING, Args, Event, Trace, decode_events
 from profcallbacks.report.events import _MARKED
 from profcallbacks.report.reading import ReadError, open_regular
 
 STREAM_MIN_BYTES = 64 << 20
 """Files at least this large on disk (~1 GB of JSON once gunzipped) are read in pieces."""
-MAX_STREAM_EVENTS = 30_000_000
-"""Most events the report keeps from one trace (about 3.5 GB of memory)."""
-BYTES_PER_EVENT = 120
+MAX_STREAM_EVENTS = 10_000_000
+"""Most events the report keeps from one trace (about 4 GB of memory)."""
+BYTES_PER_EVENT = 400
 """Memory one kept event takes, about (its record, two floats; names are shared)."""
 MAX_STREAM_BYTES = 64 << 30
 """Most bytes read from one trace once gunzipped (64 GiB); a gzip bomb stops here."""
@@ -63,6 +63,10 @@ class _Kept:
                 cat = event.cat
                 if type(cat) is str:
                     event.cat = intern(cat)
+                args = event.args
+                if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
+                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()  # keep
+                    # the whole piece alive: copied, the piece is freed
             events.append(event)
         if len(events) > self.max_events:
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "

@@ -164,6 +164,8 @@ class ProfilerCallback(Callback):
                              batch: Any, batch_idx: int) -> None:
         if self.session is not None:
             self.session.resume()  # no-op unless an epoch end or a checkpoint paused it
+            if self.session.auditing:
+                self.session.mark_batch(batch)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

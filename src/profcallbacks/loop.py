@@ -127,6 +127,8 @@ class StepProfiler:
             except StopIteration:
                 return
             session.data_wait(clock() - start)
+            if session.auditing:  # the audit follows what is computed from the batch
+                session.mark_batch(item)
             yield item
             start = clock()
 

@@ -16,6 +16,8 @@ from profcallbacks.report.analysis import (
     run_verdict,
 )
 from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
+from profcallbacks.report.compile import compile_diagnoses, compile_report
+from profcallbacks.report.coverage import slower_than_captured
 from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
@@ -152,9 +154,17 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
+    far = slower_than_captured(latest, intervals) if verdict is not None else None
+    if verdict is not None and far is not None:  # the verdict says what it describes
+        verdict = dict(verdict, evidence=[far["message"], *verdict["evidence"]],
+                       slower_than_captured=far)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])
+    run_steps = step_stats(intervals)
+    compiled = compile_report(interval_rows, findings)
+    run_diagnoses = sorted(run_diagnoses + compile_diagnoses(compiled, run_steps),
+                           key=lambda d: -d["gain_ms"])
     foreign = not (run.steps_files or run.findings_files) and all(c.trigger is None
                                                                   for c in run.captures)
     return {
@@ -164,7 +174,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "logdir": str(run.root),
         "world_size": world_size,
         "ranks": ranks,
-        "steps": step_stats(intervals),
+        "steps": run_steps,
         "verdict": verdict,
         "diagnoses": run_diagnoses,
         "run_context": context.public(),
@@ -178,6 +188,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
         "removed_captures": removed_captures(run.root, problems),
+        "compile": compiled,
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }

@@ -6,6 +6,9 @@ Definitions (all durations in milliseconds, per ``ProfilerStep#N`` range):
 - ``compute_ms``: time covered by outermost CPU operators (on any thread of the process), data
   wait excluded: the host was running framework work;
 - ``other_ms``: the rest of the step: Python between operators, logging, waiting on locks;
+- ``compiled_ms``: time covered by torch.compile's regions (``Torch-Compiled Region``,
+  ``CompiledFunction``/``CompiledFunctionBackward``, ``## Call CompiledFxGraph``, dynamo's cache
+  lookup), part of the above: how much of the step runs compiled code;
 - ``gpu_kernel_ms``: time covered by GPU kernels and memcpy/memset inside the step (``None``
   for traces without device activity).
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.report.analysis import analyse_events
+from profcallbacks.report.compile import COMPILED_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
 from profcallbacks.report.expert import trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, normalise
@@ -105,6 +109,7 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []
+    compiled: list[Interval] = []
     step_events: list[tuple[float, float, str, bool]] = []
     gpu_ops = summary.gpu_ops
     events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
@@ -134,6 +139,8 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             pid, tid = event.pid, event.tid
             key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
             item = (ts, dur, name)
+            if name.startswith(COMPILED_PREFIXES):
+                compiled.append((ts, ts + dur))
             if key in threads:
                 threads[key].append(item)
             else:
@@ -150,11 +157,14 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             args = event.args
             ours = isinstance(args, Args) and bool(args.profcallbacks)
             step_events.append((ts, dur, name, ours))
+        elif name.startswith(COMPILED_PREFIXES):
+            compiled.append((ts, ts + dur))
 
     compute, data = _self_times(threads, summary.cpu_ops)
     data_merged = merge(data)
     compute_merged = subtract(merge(compute), data_merged)
     gpu_merged = merge(gpu) if gpu else None
+    compiled_merged = merge(compiled) if compiled else None
     if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
         step_events = [e for e in step_events if e[3]]
     for ts, dur, name, _ in sorted(step_events):
@@ -168,6 +178,8 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             "compute_ms": compute_us / 1e3,
             "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
             "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
+            "compiled_ms": (0.0 if compiled_merged is None
+                            else covered(compiled_merged, ts, end) / 1e3),
         })
     for row in summary.cpu_ops.values():
         row[1] /= 1e3

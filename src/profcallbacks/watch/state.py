@@ -13,7 +13,7 @@ from typing import Any
 
 from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
-from profcallbacks.findings import CAPTURE_VERDICT
+from profcallbacks.findings import CAPTURE_VERDICT, SYNC_AUDIT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
 from profcallbacks.watch.tail import JsonlTail
 from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
@@ -36,6 +36,7 @@ class RankView:
     medians_ms: list[float] = field(default_factory=list)
     steps: int = 0
     memory: dict[str, float] = field(default_factory=dict)
+    compile_s: float = 0.0  # torch.compile's compile time in the rows read so far
 
     def add(self, row: dict[str, Any]) -> None:
         median = row.get("step_time_ms_median")
@@ -45,6 +46,9 @@ class RankView:
         self.memory.update({k: float(v) for k, v in row.items()
                             if k.endswith("_mb") and isinstance(v, (int, float))})
         self.steps += int(row.get("steps", 0) or 0)
+        compile_ms = row.get("compile_ms")
+        if isinstance(compile_ms, (int, float)) and compile_ms > 0:
+            self.compile_s += float(compile_ms) / 1e3
         self.medians_ms.append(float(median))
         if len(self.medians_ms) > SPARK_POINTS:  # halve the resolution, keep the whole run
             pairs = zip(self.medians_ms[0::2], self.medians_ms[1::2], strict=False)
@@ -114,6 +118,7 @@ class LogdirState:
         self.bad_lines = 0
         self._tails: dict[Path, tuple[JsonlTail, int, str]] = {}
         self._verdicts: dict[str, dict[str, Any]] = {}
+        self.checks: dict[int, str] = {}  # per rank: what the sync audit last said it did
 
     @property
     def exists(self) -> bool:
@@ -248,6 +253,8 @@ class LogdirState:
         rank = row.get("rank")
         if isinstance(rank, int):
             self._findings_per_rank[rank] = self._findings_per_rank.get(rank, 0) + 1
+        if row.get("kind") == SYNC_AUDIT and isinstance(rank, int):
+            self.checks[rank] = str(row.get("message", ""))
         if row.get("kind") == CAPTURE_VERDICT:
             found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
             if found is not None:

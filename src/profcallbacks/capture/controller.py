@@ -220,6 +220,7 @@ class CaptureController:
                     self._planner.shorten(window)
                 capture = self._capture = TraceCapture(options, window)
                 self._guard.arm()
+                self._tid = threading.get_native_id()  # the thread that steps: its ops' tid
                 if self._exporter is not None and self._exporter.busy:
                     capture.overlaps_export = True  # its trace and the report say so
                     log.info("profcallbacks: capture %s starts while the previous capture is "

@@ -19,8 +19,9 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -118,7 +119,8 @@ class TraceExporter:
         raw: Path | None = None
         try:
             raw = new_raw_trace_path(self._logdir, info)  # in a private directory: kineto
-            profiler.export_chrome_trace(str(raw))  # saves by path; it stays with the profiler
+            with _kineto_path(raw) as target:  # kineto saves by path; it stays with the profiler
+                profiler.export_chrome_trace(target)
             size = os.lstat(raw).st_size
         except Exception as exc:
             self.failures += 1
@@ -190,6 +192,24 @@ class TraceExporter:
                 self.failures += message[3]
                 if kind == "done":
                     self._jobs.pop(message[4], None)
+
+
+@contextlib.contextmanager
+def _kineto_path(raw: Path) -> Iterator[str]:
+    """A path kineto can save ``raw`` to: kineto drops line breaks from the path it renames its
+    temporary file to, so a log directory named with one is reached through a link of our own,
+    in a private temporary directory (mode 0700: nobody else can swap it)."""
+    if not any(c in str(raw) for c in "\r\n"):
+        yield str(raw)
+        return
+    alias = Path(tempfile.mkdtemp(prefix="profcallbacks-"))
+    try:
+        (alias / "d").symlink_to(raw.parent, target_is_directory=True)
+        yield str(alias / "d" / raw.name)
+    finally:
+        with contextlib.suppress(OSError):
+            (alias / "d").unlink()
+            alias.rmdir()
 
 
 class _Channel:

@@ -602,11 +602,31 @@ class ProfilingSession:
         return values
 
 
+PATH_MARGIN = 256
+"""Bytes the deepest file written under the log directory adds to its path (a staged raw trace:
+staging, a private directory named after the capture and the worker, kineto's temporary name)."""
+
+
+def _path_max(logdir: Path) -> int:
+    probe = logdir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return int(os.pathconf(probe, "PC_PATH_MAX"))
+    except (OSError, ValueError):
+        return 4096
+
+
 def _prepare_logdir(logdir: Path) -> Path:
     """Create ``logdir/profcallbacks``; a clear error now instead of a failure mid-training."""
     if logdir.exists() and not logdir.is_dir():
         raise NotADirectoryError(f"logdir={str(logdir)!r} is a file; pass a directory path "
                                  "(it is created if missing).")
+    longest = len(os.fsencode(os.path.abspath(logdir))) + PATH_MARGIN
+    if longest > _path_max(logdir):
+        raise ValueError(f"logdir={str(logdir)!r} is too long: the files profcallbacks writes "
+                         f"under it need paths of up to {longest} bytes, beyond the system's "
+                         f"{_path_max(logdir)}; pass a shorter log directory.")
     meta = logdir / META_DIR
     try:
         logdir.mkdir(parents=True, exist_ok=True)

@@ -194,7 +194,7 @@ class ProfilingSession:
     @property
     def capture_open(self) -> bool:
         """A capture window is open: torch.profiler is running for the current step."""
-        return self._captures.active is not None
+        return self._captures.window_open
 
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""

@@ -1,6 +1,7 @@
 """In-situ cost of profcallbacks outside capture windows: plain loop, Lightning and HF Trainer.
 
 Run: python benchmarks/overhead.py [--front-end all|plain|lightning|hf] [--rounds 40 --steps 100]
+     python benchmarks/overhead.py --front-end plain --compiled   (the model under torch.compile)
 
 Python per-step costs measured in a tight loop read 5-10x lower than between real training work
 (the code and its data fall out of the CPU caches), so everything here is measured in situ:
@@ -15,7 +16,9 @@ rounds of rate/bare-rate, and the cost per step it implies.
 
 plain:     bare loop | StepProfiler (defaults but capture_on_slowdown=False: windows are not
            what this measures) | timing only | empty function call (control)
-           | torch.profiler alive in its wait phase
+           | torch.profiler alive in its wait phase; with --compiled the model runs under
+           torch.compile (inductor), compiled before the profilers open, so the compile listener
+           is installed and every block runs the compiled graph
 lightning: one Trainer.fit; a switch callback (present in every block) puts ProfilerCallback
            (default options, no scheduled window), or an empty Callback (what any callback costs
            in Lightning's hook machinery), in or out of trainer.callbacks between blocks, or
@@ -53,8 +56,10 @@ def make_model() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
     return model, torch.optim.SGD(model.parameters(), lr=1e-3), torch.randn(32, 64)
 
 
-def make_step() -> Callable[[], None]:
+def make_step(compiled: bool = False) -> Callable[[], None]:
     model, opt, x = make_model()
+    if compiled:
+        model = torch.compile(model)  # type: ignore[assignment]
 
     def step() -> None:
         loss = model(x).pow(2).mean()
@@ -99,8 +104,8 @@ class Rounds:
         return ok
 
 
-def plain(rounds: int, steps: int) -> bool:
-    step = make_step()
+def plain(rounds: int, steps: int, compiled: bool = False) -> bool:
+    step = make_step(compiled)
     for _ in range(300):
         step()
     with tempfile.TemporaryDirectory() as logdir:
@@ -108,6 +113,8 @@ def plain(rounds: int, steps: int) -> bool:
         timing = StepProfiler(f"{logdir}/b", schedule=None, stall=None, slowdown=None,
                               sync_audit=False, tensorboard_scalars=False,
                               watch_capture_file=False)
+        # the same defaults without the compile listener: what the listener itself costs
+        unheard = StepProfiler(f"{logdir}/c", schedule=None, capture_on_slowdown=False)
         alive = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             schedule=torch.profiler.schedule(wait=10**9, warmup=1, active=1))
@@ -115,19 +122,24 @@ def plain(rounds: int, steps: int) -> bool:
         def empty() -> None:
             pass
 
-        with defaults, timing, alive:  # prof.step as users get it: inside the with block
+        with defaults, timing, unheard, alive:  # prof.step as users get it: in the with block
+            if compiled:
+                _silence_compile_listener(unheard)
             variants: dict[str, tuple[Callable[[], None] | None, StepProfiler | None]] = {
                 "bare": (None, None), "bare (control)": (None, None),
                 "StepProfiler (defaults)": (defaults.step, defaults),
                 "StepProfiler (timing only)": (timing.step, timing),
                 "empty function call": (empty, None),
                 "torch.profiler (wait phase)": (alive.step, None)}
+            if compiled:
+                variants["StepProfiler (defaults, listener off)"] = (unheard.step, unheard)
             plan = Rounds([n for n in variants if not n.startswith("bare")], rounds)
             defaults.pause()
             timing.pause()
+            unheard.pause()
             for _ in range(300):  # past the sync audit and the detectors' warm-up
                 step()
-            for prof in (defaults, timing):
+            for prof in (defaults, timing, unheard):
                 prof.resume()
                 for _ in range(150):
                     step()
@@ -154,7 +166,22 @@ def plain(rounds: int, steps: int) -> bool:
     start = time.perf_counter()
     for _ in range(500):
         step()
-    return plan.report("plain loop", (time.perf_counter() - start) / 500 * 1e3)
+    if compiled:
+        watcher = defaults.session._compile
+        print(f"  (compile listener installed: {watcher is not None}; compile time while "
+              f"profiled: {defaults.session.compile_s:.3f} s)")
+    return plan.report("plain loop" + (" (torch.compile)" if compiled else ""),
+                       (time.perf_counter() - start) / 500 * 1e3)
+
+
+def _silence_compile_listener(prof: StepProfiler) -> None:
+    """Take the compile listener out of ``prof``'s session (for the benchmark's comparison)."""
+    from profcallbacks.detect.compile_watch import CompileWatcher
+
+    session = prof.session
+    if session._compile is not None:
+        session._compile.uninstall()
+    session._compile = CompileWatcher(rank=0, step_now=lambda: None)  # never installed
 
 
 class _Switch:
@@ -314,10 +341,15 @@ def main() -> None:
     parser.add_argument("--front-end", choices=["all", "plain", "lightning", "hf"], default="all")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--compiled", action="store_true",
+                        help="run the plain loop's model under torch.compile")
     args = parser.parse_args()
+    if args.compiled and args.front_end != "plain":
+        parser.error("--compiled needs --front-end plain")
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
-    runs = {"plain": plain, "lightning": lightning, "hf": hf}
+    runs: dict[str, Callable[[int, int], bool]] = {
+        "plain": lambda r, s: plain(r, s, args.compiled), "lightning": lightning, "hf": hf}
     chosen = list(runs) if args.front_end == "all" else [args.front_end]
     counted = [runs[name](args.rounds, args.steps) for name in chosen]
     print("\nall runs count" if all(counted) else "\nsome runs do not count (noisy machine)")

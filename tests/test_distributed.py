@@ -87,3 +87,13 @@ def test_eight_ranks_more_than_cores(tmp_path):
     assert merged["steps"]["slowest_rank"] in range(8)
     assert [len(c["files"]) for c in merged["captures"]] == [8, 8]
     assert {f["rank"] for c in merged["captures"] for f in c["files"]} == set(range(8))
+
+
+def test_compiled_model_recompiles_are_found_on_the_rank_that_recompiled(tmp_path):
+    logs = tmp_path / "logs"
+    proc, results = torchrun(2, logs, "--compile-longer-on-rank", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # rank 0 never sees a new shape; DDP's own graph breaks (inside torch) are not reported
+    assert [r["findings"] for r in results] == [[], [["recompile", 10, 1, "args[0].size(1)"]]]
+    lines = (logs / "profcallbacks" / "rank1.findings.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in lines].count("recompile") == 1

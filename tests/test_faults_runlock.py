@@ -34,6 +34,7 @@ def test_a_run_that_lost_its_marker_stops_writing_the_shared_files(tmp_path, mon
                 while "lost its marker" not in caplog.text and time.monotonic() < deadline:
                     time.sleep(0.02)  # finds the marker taken
             train_step(model, opt)
+            time.sleep(0.03)  # steps long enough that blocks (and their summaries) end often
             prof.step()
             if step == 30:
                 prof.session.emit(Finding("dataloader_stall", step=step, rank=0,

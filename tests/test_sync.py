@@ -44,8 +44,8 @@ def test_item_and_nonzero_are_found_on_their_exact_lines(tmp_path):
     assert user_sites(prof.findings) == EXPECTED
     for f in audit_findings_of(prof.findings):
         assert f.severity == "info" and "would sync on an accelerator" in f.message
-        assert f.details["calls_per_step"] == 1 and f.details["audited_steps"] == [2, 3]
-        assert f.step == 3
+        assert f.details["calls_per_step"] == 1 and f.details["audited_steps"] == [2, 3, 4]
+        assert f.step == 4
 
 
 OPTIMIZERS = {
@@ -131,8 +131,8 @@ def periodic(i, loss):
 
 
 @pytest.mark.parametrize("schedule, audited", [
-    (None, [19, 20]), (Schedule(), [19, 20]),  # window 10-13
-    (Schedule(skip_first=10, warmup=1, active=5, repeat=2), [29, 30])])  # the README's: 10-21
+    (None, [19, 20, 21]), (Schedule(), [19, 20, 21]),  # window 10-13
+    (Schedule(skip_first=10, warmup=1, active=5, repeat=2), [29, 30, 31])])  # the README's: 10-21
 def test_work_done_every_10_50_or_100_steps_is_seen_by_the_default_audit(tmp_path, schedule,
                                                                          audited):
     found = optimizer_loop(tmp_path, lambda p: OPTIMIZERS["adam"](p, False), steps=101,
@@ -145,6 +145,7 @@ def test_work_done_every_10_50_or_100_steps_is_seen_by_the_default_audit(tmp_pat
     assert sites[location("every-50", here)].details["seen_at_steps"] == [99]
     every_100 = sites[location("every-100", here)]
     assert every_100.details["seen_at_steps"] == [100] and every_100.step == 100
+    # the run's last step is 100: the round of 99-101 is cut short and reports at the end
     assert every_100.details["audited_steps"] == audited + [99, 100]
     assert "periodic work" in every_100.message and "at step 100 of audited steps" in every_100.message
 

@@ -7,8 +7,8 @@ from profcallbacks import SyncAuditConfig
 from profcallbacks.detect.sync_audit import SyncAuditor, known_fix
 
 
-def test_the_default_audit_budget_is_4_steps():
-    assert SyncAuditConfig().audited_steps == (19, 20, 99, 100)
+def test_the_default_audit_budget_is_6_steps():
+    assert SyncAuditConfig().audited_steps == (19, 20, 21, 99, 100, 101)
 
 
 def test_library_sites_get_their_own_lines_and_known_fixes():

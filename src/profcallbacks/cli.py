@@ -9,6 +9,7 @@ nothing in the log directory could be read, 2 for a path that does not exist or 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,16 @@ def _watch(args: argparse.Namespace) -> int:
     return watch(args.logdir, options)
 
 
+def _tolerate_ascii_terminals() -> None:
+    """Under an ASCII locale (``LC_ALL=C`` without UTF-8 mode) a path or a sign the terminal
+    cannot encode is written as a backslash escape instead of ending the command."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and "utf" not in (stream.encoding or "").lower():
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerate_ascii_terminals()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

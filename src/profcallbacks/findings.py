@@ -21,6 +21,7 @@ DATALOADER_STALL = "dataloader_stall"
 DATALOADER_STALL_CLEARED = "dataloader_stall_cleared"
 DATALOADER_WAIT = "dataloader_wait"
 SYNC_POINT = "sync_point"
+SYNC_AUDIT = "sync_audit"  # which steps the sync audit watched, or why it did not run
 STEP_SLOWDOWN = "step_slowdown"
 STEP_SPEED_RECOVERED = "step_speed_recovered"
 STEP_BASELINE_RESET = "step_baseline_reset"
@@ -30,6 +31,9 @@ SLOWDOWN_DIAGNOSIS = "slowdown_diagnosis"
 MEMORY_CREEP = "memory_creep"
 MEMORY_SITES = "memory_sites"
 OUT_OF_MEMORY = "out_of_memory"
+RECOMPILE = "recompile"
+COMPILE_FALLBACK = "compile_fallback"
+GRAPH_BREAK = "graph_break"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -78,12 +82,14 @@ class FindingsFile:
     later, with one warning per episode of failures (:class:`RecoveringAppender`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = path
         self._out = RecoveringAppender(path, "findings")
+        self._run = {"run": run_id} if run_id else {}
 
     def __call__(self, finding: Finding) -> None:
-        self._out.append((json.dumps(finding.to_dict(), default=str) + "\n").encode())
+        row = finding.to_dict() | self._run  # "run": which run of the log directory found it
+        self._out.append((json.dumps(row, default=str) + "\n").encode())
 
     def move_to(self, path: Path) -> None:
         """Write to ``path`` from now on (findings not yet written included)."""

@@ -22,6 +22,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -67,6 +68,7 @@ class ProfilerCallback(TrainerCallback):
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir = None if logdir is None else Path(logdir)

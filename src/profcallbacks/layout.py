@@ -6,11 +6,13 @@ report``) share this one module, so the two cannot drift apart::
     <logdir>/
       step000120-schedule/                      capture_dir_name(120, "schedule")
         rank0_myhost.120.pt.trace.json.gz       trace_file_name("rank0_myhost", 120)
+        all-ranks.120.trace.json.gz             merged_file_name(120): every rank, aligned
       step000300-manual-partial/                capture_dir_name(300, "manual", partial=True)
       profcallbacks/                            META_DIR
         rank0.steps.jsonl                       steps_file(logdir, 0)
         rank0.findings.jsonl                    findings_file(logdir, 0)
         rank0.memory.step000120.pickle          memory_snapshot_file(logdir, 0, 120) (CUDA)
+        retention.jsonl                         retention_log_file(logdir): captures removed
       .profcallbacks-staging/                   STAGING_DIR: exports in progress
       CAPTURE                                   CAPTURE_FILE: drop it to ask for a capture
 
@@ -25,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
 
 META_DIR = "profcallbacks"
@@ -42,6 +46,8 @@ CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?(?:-(\d+))?$")
 """``step000120-schedule``; ``-2``, ``-3`` ... follow when an earlier run took the name."""
 TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
 """The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
+MERGED_FILE = re.compile(r"^all-ranks\.(\d+)\.trace\.json\.gz$")
+"""The merged trace of all ranks: no ``.pt.trace.json``, so the plugin never takes it for a worker."""
 RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
 
 
@@ -73,6 +79,16 @@ def trace_file_name(worker: str, first_step: int) -> str:
     return f"{worker}.{first_step}.pt.trace.json.gz"
 
 
+def merged_file_name(first_step: int) -> str:
+    """``all-ranks.<first step>.trace.json.gz``: one capture's ranks in one trace."""
+    return f"all-ranks.{first_step}.trace.json.gz"
+
+
+def retention_log_file(logdir: Path) -> Path:
+    """One JSON line per capture removed to keep the log directory within its byte budget."""
+    return logdir / META_DIR / "retention.jsonl"
+
+
 def steps_file(logdir: Path, rank: int) -> Path:
     """Step-time summaries of one rank, one JSON object per line."""
     return logdir / META_DIR / f"rank{rank}.steps.jsonl"
@@ -81,6 +97,28 @@ def steps_file(logdir: Path, rank: int) -> Path:
 def findings_file(logdir: Path, rank: int) -> Path:
     """Findings of one rank, one JSON object per line."""
     return logdir / META_DIR / f"rank{rank}.findings.jsonl"
+
+
+def new_run_id() -> str:
+    """The id written as ``"run"`` in every steps-file row and finding of this run.
+
+    The launcher's own id where there is one, equal on all ranks (torchrun's
+    ``TORCHELASTIC_RUN_ID``, Slurm's ``SLURM_JOB_ID`` with its step); else the start time, pid
+    and a random tag.
+    A run restarted into the same log directory gets another id, so the report keeps its rows
+    apart from the earlier run's.
+
+    Example:
+        >>> isinstance(new_run_id(), str)
+        True
+    """
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic != "none":
+        return f"torchrun-{elastic}"
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        return f"slurm-{job}.{os.environ.get('SLURM_STEP_ID', '0')}"
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(2).hex()}"
 
 
 def run_specific_file(path: Path, run: str) -> Path:

@@ -24,6 +24,7 @@ from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -70,6 +71,7 @@ class ProfilerCallback(Callback):
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
@@ -162,6 +164,8 @@ class ProfilerCallback(Callback):
                              batch: Any, batch_idx: int) -> None:
         if self.session is not None:
             self.session.resume()  # no-op unless an epoch end or a checkpoint paused it
+            if self.session.auditing:
+                self.session.mark_batch(batch)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -52,6 +53,8 @@ class StepProfiler:
             short capture of the lines that keep the memory (``None``: off).
         baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
             when no capture was taken yet, so a later slowdown capture can be explained.
+        budget: Bytes each capture and the log directory may take, and the merged trace
+            of all ranks (``None``: unbounded); see docs/traces.md.
         on_finding: Called with each :class:`Finding` as it is made.
 
     Example:
@@ -72,6 +75,7 @@ class StepProfiler:
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())
         rank = RankInfo.detect()
@@ -123,6 +127,8 @@ class StepProfiler:
             except StopIteration:
                 return
             session.data_wait(clock() - start)
+            if session.auditing:  # the audit follows what is computed from the batch
+                session.mark_batch(item)
             yield item
             start = clock()
 

@@ -48,7 +48,9 @@ class IntervalSummary:
     The ``step_time_ms_*`` and ``data_wait_ms_mean`` fields cover every step of the interval;
     ``healthy_us`` lists the step times (whole microseconds) of the steps outside capture windows, audits and
     exports, which the report's whole-run statistics use; ``steps_excluded`` counts the others;
-    ``max_step`` is the slowest healthy step (the slowest step when none is healthy).
+    ``max_step`` is the slowest healthy step (the slowest step when none is healthy);
+    ``compile_ms`` is the time torch.compile spent compiling in these steps (those steps are
+    not healthy: they are left out like captured ones).
     """
 
     first_step: int
@@ -62,19 +64,23 @@ class IntervalSummary:
     steps_excluded: int = 0
     healthy_us: tuple[int, ...] = ()
     healthy_data_wait_ms: float = 0.0
+    compile_ms: float = 0.0
 
     @property
     def data_wait_share(self) -> float:
         return self.data_wait_ms_mean / self.step_time_ms_mean if self.step_time_ms_mean else 0.0
 
     def scalars(self) -> dict[str, float]:
-        return {
+        values = {
             "step_time_ms": self.step_time_ms_mean,
             "step_time_ms_median": self.step_time_ms_median,
             "step_time_ms_max": self.step_time_ms_max,
             "data_wait_ms": self.data_wait_ms_mean,
             "data_wait_share": self.data_wait_share,
         }
+        if self.compile_ms:  # only where something compiled
+            values["compile_ms"] = self.compile_ms
+        return values
 
 
 _HALF, _MILLION = 0.5, 1e6  # their bound methods round seconds to microseconds in C loops
@@ -102,6 +108,7 @@ class StepTimes:
         self._pending_s = 0.0  # sum of the pending step times
         self._waits: list[float] = []  # seconds
         self._captured: list[bool] = []
+        self._compile_at: list[tuple[int, float]] = []  # (step, seconds compiling), rarely any
 
     def add(self, record: StepRecord) -> IntervalSummary | None:
         """Store ``record``; returns a summary when an interval is complete."""
@@ -110,14 +117,15 @@ class StepTimes:
         return summaries[0] if summaries else None
 
     def add_block(self, first: int, times: list[float], waits: list[float],
-                  captured: bool) -> list[IntervalSummary]:
+                  captured: bool, compile_s: float = 0.0) -> list[IntervalSummary]:
         """Store the consecutive steps ``first``, ``first + 1``, ... at once.
 
         Args:
             first: Number of the first step.
             times: Step times in seconds.
             waits: Data waits in seconds (as many as ``times``).
-            captured: Every one of these steps ran captured or audited.
+            captured: Every one of these steps ran captured or audited (or compiled).
+            compile_s: Seconds torch.compile spent in these steps.
 
         Returns:
             The summaries of the intervals completed, oldest first.
@@ -128,6 +136,8 @@ class StepTimes:
         self._waits += waits
         self._captured += [captured] * len(times)
         self._pending_s += sum(times)
+        if compile_s:
+            self._compile_at.append((first, compile_s))
         summaries = []
         while len(self._times) >= self._interval:
             n = self._due_steps()
@@ -159,6 +169,10 @@ class StepTimes:
         self._pending_s = sum(self._times)
         first = self._first
         self._first = first + n
+        compile_s = 0.0
+        if self._compile_at:
+            compile_s = sum(s for step, s in self._compile_at if step < first + n)
+            self._compile_at = [(step, s) for step, s in self._compile_at if step >= first + n]
         if True in captured:  # leave the captured steps out of the healthy ones
             keep = [k for k in range(n) if not captured[k]]
             healthy, healthy_waits = [times[k] for k in keep], [waits[k] for k in keep]
@@ -181,4 +195,5 @@ class StepTimes:
             steps_excluded=n - len(healthy),
             healthy_us=tuple(us),
             healthy_data_wait_ms=sum(healthy_waits) * 1e3,
+            compile_ms=round(compile_s * 1e3, 3),
         )

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 MB = 1024 * 1024
 CUDA_ALLOCATED = "cuda_allocated"
 PROCESS_RSS = "process_rss"
+MAX_SAMPLES = 512  # samples kept: a window of 30 s sampled every 0.2 s holds 150
 
 
 def read_rss_mb() -> float | None:
@@ -73,8 +74,9 @@ def theil_sen(points: list[tuple[int, float]]) -> float:
 class MemoryCreepDetector:
     """Raises one ``memory_creep`` finding per episode of sustained memory growth.
 
-    Fed one sample per step summary (``observe(step, mb)``), never per step. An episode ends when
-    the slope falls below half of ``min_rate_mb_per_1k_steps``; the next growth alerts again.
+    Fed one sample per step summary (``observe(step, mb, now)``), never per step. An episode
+    ends when the slope falls below half of ``min_rate_mb_per_1k_steps``; the next growth alerts
+    again. Without ``now`` (seconds, any clock) the window is sized in steps and samples only.
 
     Example:
         >>> detector = MemoryCreepDetector(MemoryConfig(warmup_steps=0, window_steps=100), rank=0)
@@ -88,17 +90,19 @@ class MemoryCreepDetector:
         self.rank = rank
         self.source = source
         self.total_mb = total_mb
-        self.samples: deque[tuple[int, float]] = deque(maxlen=512)
+        self.samples: deque[tuple[int, float]] = deque(maxlen=MAX_SAMPLES)
+        self._times: deque[float | None] = deque(maxlen=MAX_SAMPLES)  # seconds of each sample
         self._alerted = False
 
-    def observe(self, step: int, mb: float) -> list[Finding]:
-        """Take the sample of ``step`` (``mb`` of the source); returns the finding, if any."""
+    def observe(self, step: int, mb: float, now: float | None = None) -> list[Finding]:
+        """Take the sample of ``step`` (``mb`` of the source, read at ``now`` seconds); returns
+        the finding, if any."""
         if step < self.config.warmup_steps:
             return []
         self.samples.append((step, mb))
-        window = [(s, v) for s, v in self.samples if s > step - self.config.window_steps]
-        if len(window) < self.config.min_samples or \
-                window[-1][0] - window[0][0] < self.config.window_steps // 2:
+        self._times.append(now)
+        window = self._window(step, now)
+        if window is None:
             return []
         rate = theil_sen(_thin(window, 32))  # 496 pairs: about 0.1 ms
         limit = self.config.min_rate_mb_per_1k_steps / 1000
@@ -109,6 +113,24 @@ class MemoryCreepDetector:
             return []
         self._alerted = True
         return [self._finding(step, mb, rate)]
+
+    def _window(self, step: int, now: float | None) -> list[tuple[int, float]] | None:
+        """The samples to judge (see :class:`MemoryConfig`), or ``None`` before any judgement."""
+        config = self.config
+        samples, times = self.samples, self._times
+        start = len(samples) - min(config.min_samples, len(samples))  # at least min_samples
+        while start > 0 and (samples[start - 1][0] > step - config.window_steps or (
+                now is not None and (t := times[start - 1]) is not None
+                and t > now - config.window_s)):
+            start -= 1
+        window = list(samples)[start:]
+        if len(window) < config.min_samples:
+            return None
+        first_time = times[start]
+        long_in_steps = window[-1][0] - window[0][0] >= config.window_steps // 2
+        long_in_time = now is not None and first_time is not None and \
+            now - first_time >= config.window_s / 2
+        return window if long_in_steps or long_in_time else None
 
     def _sustained(self, window: list[tuple[int, float]], rate: float) -> bool:
         span = window[-1][0] - window[0][0]

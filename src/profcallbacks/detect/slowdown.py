@@ -31,6 +31,12 @@ wall time without its pauses, so no clock is read):
 - Re-baselining: an alerted slowdown still going on after ``rebaseline_after_steps`` steps and
   ``rebaseline_after_s`` seconds is the run's new normal: the baseline becomes the median of its
   blocks (``step_baseline_reset``, info), and only a further slowdown alerts.
+- Early: before the first baseline block is complete, the median of the first ``early_steps``
+  steps after the warm-up is a provisional reference, and a CUSUM like the one above (reference
+  ``early_ratio`` x it, steps capped at twice that) alerts a large change sustained for
+  ``min_steps`` steps and ``min_duration_s`` seconds against those first steps. A first block
+  that ends slower than ``threshold`` x them takes them as its baseline: a typical step time is
+  never a mix of two speeds.
 - Captures: each alert asks for a capture (trigger ``slowdown``) unless one was asked for in the
   last ``capture_cooldown_steps`` steps (``details["capture"]`` says which).
 
@@ -133,6 +139,10 @@ class SlowdownDetector(Participant):
         self._alert_step = 0
         self._since_alert_steps, self._since_alert_s = 0, 0.0
         self._last_capture: int | None = None
+        self._early_ref: float | None = None  # median of the first early_steps steps
+        self._early_on = config.early_ratio is not None
+        self._early_limit = self._early_cap = 0.0
+        self._early_up = _Stretch()
 
     @property
     def ratio(self) -> float | None:
@@ -164,9 +174,7 @@ class SlowdownDetector(Participant):
                       and self._block_s >= self.config.baseline_block_s) \
             or len(self._block) >= _MAX_BLOCK_STEPS
         if self.baseline_s is None:
-            if block_done:
-                self._close_block()
-            return ()
+            return self._before_baseline(record.step, t, block_done)
         capped = t if t < self._cap_s else self._cap_s
         step = record.step
         found: list[Finding] = []
@@ -236,8 +244,8 @@ class SlowdownDetector(Participant):
         The segment ends where the baseline block closes (it is closed here) or at a step that
         must be looked at on its own. Returns the first step not taken.
         """
-        quiet = self.baseline_s is None or not (self.slow or self._up.score > 0.0
-                                                 or self._onset.score > 0.0)
+        quiet = (not self._early_on if self.baseline_s is None else  # early: step by step
+                 not (self.slow or self._up.score > 0.0 or self._onset.score > 0.0))
         if not quiet:
             return k
         sums, close, end = self._block_close(times, k, n)
@@ -323,18 +331,56 @@ class SlowdownDetector(Participant):
         block_done = (len(self._block) >= self.config.baseline_steps
                       and self._block_s >= self.config.baseline_block_s) \
             or len(self._block) >= _MAX_BLOCK_STEPS
-        if self.baseline_s is not None:
-            capped = t if t < self._cap_s else self._cap_s
-            if self.slow:
-                found += self._observe_slow(first + k, t, capped)
-            else:
-                self._up.add(first + k, capped - self._up_ref, t)
-                self._onset.add(first + k, capped - self._onset_ref, t)
-                if self._sustained(self._up):
-                    found.append(self._alert(first + k))
+        if self.baseline_s is None:
+            found += self._before_baseline(first + k, t, block_done)
+            return k + 1
+        capped = t if t < self._cap_s else self._cap_s
+        if self.slow:
+            found += self._observe_slow(first + k, t, capped)
+        else:
+            self._up.add(first + k, capped - self._up_ref, t)
+            self._onset.add(first + k, capped - self._onset_ref, t)
+            if self._sustained(self._up):
+                found.append(self._alert(first + k))
         if block_done:
             self._close_block()
         return k + 1
+
+    def _before_baseline(self, step: int, t: float, block_done: bool) -> list[Finding]:
+        """Step ``step`` (already in the block) before any baseline: the early check."""
+        if self._early_on:
+            n = len(self._block)
+            early = self.config.early_steps
+            if n == early:
+                ref = median(self._block)
+                ratio = max(float(self.config.early_ratio or 0.0), self._threshold)
+                self._early_ref, self._early_limit = ref, ratio * ref
+                self._early_cap = 2.0 * ratio * ref
+                self._set_references(ref)  # provisional: the first block may keep them
+            elif n > early:
+                cap = self._early_cap
+                self._early_up.add(step, (t if t < cap else cap) - self._early_limit, t)
+                capped = t if t < self._cap_s else self._cap_s  # followed, not alerted, until
+                self._up.add(step, capped - self._up_ref, t)  # the first block says whether
+                self._onset.add(step, capped - self._onset_ref, t)  # its first steps are typical
+                if self._sustained(self._early_up):
+                    return [self._early_alert(step)]
+        if block_done:
+            self._close_block()
+        return []
+
+    def _early_alert(self, step: int) -> Finding:
+        """A large change before the first baseline: alerted against the first steps."""
+        ref = self._early_ref
+        assert ref is not None
+        self._up, self._early_up = self._early_up, _Stretch()
+        self._onset.clear()
+        self._early_on = False
+        self._accepted.clear()
+        self._accepted.append(ref)
+        self._set_baseline(ref)
+        self._block, self._block_s = [], 0.0  # the first block mixes both speeds: dropped
+        return self._alert(step, early=True)
 
     def _observe_slow(self, step: int, t: float, capped: float) -> list[Finding]:
         """One step during an alerted slowdown: recovery or re-baselining."""
@@ -365,17 +411,28 @@ class SlowdownDetector(Participant):
             return
         if self.baseline_s is not None and block_median >= self._threshold * self.baseline_s:
             return  # a slow stretch (alerted or not yet) never raises its own baseline
+        if self.baseline_s is None and self._early_on:
+            self._early_on, ref = False, self._early_ref
+            self._early_up.clear()
+            if ref is not None and block_median >= self._threshold * ref:
+                block_median = ref  # the block ends slower than it began: its first steps,
+            else:  # and the slow stretch followed against them goes on; else a new start
+                self._up.clear()
+                self._onset.clear()
         self._accepted.append(block_median)
         self._set_baseline(median(self._accepted))
 
     def _set_baseline(self, baseline_s: float) -> None:
         self.baseline_s = baseline_s
+        self._set_references(baseline_s)
+
+    def _set_references(self, baseline_s: float) -> None:
         self._cap_s = self.config.spike_ratio * baseline_s
         self._up_ref = self._threshold * baseline_s
         self._onset_ref = (1.0 + self._threshold) / 2 * baseline_s
         self._down_ref = self._recover * baseline_s
 
-    def _alert(self, step: int) -> Finding:
+    def _alert(self, step: int, *, early: bool = False) -> Finding:
         base = self.baseline_s
         assert base is not None
         up, onset = self._up, self._onset
@@ -406,12 +463,14 @@ class SlowdownDetector(Participant):
             STEP_SLOWDOWN, step=step, rank=self.rank, severity="warning",
             message=(f"steps are {ratio:.2f}x slower since step {first}: {_ms(observed)} per "
                      f"step over {steps} steps ({time_s:.1f} s) against a typical "
-                     f"{_ms(base)}{tail}"),
+                     f"{_ms(base)}" + (f" (the first {self.config.early_steps} steps after the "
+                                       "warm-up: the speed changed before a baseline formed)"
+                                       if early else "") + tail),
             details={"first_slow_step": first, "baseline_step_time_s": base,
                      "observed_step_time_s": observed, "ratio": round(ratio, 4),
                      "slow_steps": steps, "slow_duration_s": round(time_s, 3),
                      "threshold": self._threshold, "min_duration_s": self.config.min_duration_s,
-                     "capture": capture},
+                     "capture": capture, "early": early},
             capture=CaptureRequest(SLOWDOWN) if capture else None)
 
     def _recovered(self, step: int) -> Finding:

@@ -6,10 +6,13 @@ use it for a few audit steps, never for a whole run or inside a traced step.
 
 What counts. On an accelerator, a candidate op counts when it reads an accelerator tensor. On a
 CPU-only run nothing syncs, so the spy reports what *would* sync once the model is on a device:
-calls on tensors derived from trainable parameters (``requires_grad`` leaves), followed op by op
-inside the dispatch mode (the loss, outputs, metrics computed from outputs, gradients, optimizer
-state). Host-side values never are: torch.optim's ``step`` counters (Adam, AdamW, ... unless
-``capturable``/``fused``), index tensors built for data loading, the DataLoader's seed.
+calls on tensors derived from trainable parameters (``requires_grad`` leaves) or from the
+batches the front end hands over (:meth:`SyncSpy.mark`: what ``prof.wrap`` yields, Lightning's
+batch), followed op by op inside the dispatch mode (the loss, outputs, metrics computed from
+outputs or labels, gradients, optimizer state). Host-side values never are: torch.optim's
+``step`` counters (Adam, AdamW, ... unless ``capturable``/``fused``), index tensors built for
+data loading, the DataLoader's own tensors (its seed, the collated batch before it is handed
+over).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any
@@ -47,6 +50,9 @@ _MASKED = {_aten.index.Tensor: "boolean mask indexing", _aten.index_put_.default
            "boolean mask assignment", _aten.index_put.default: "boolean mask assignment"}
 _COPIES = {_aten._to_copy.default, _aten.copy_.default}
 _METHODS = ("tolist", "numpy", "cpu")
+_IMPLICIT_METHODS = ("__format__", "__bool__", "__int__", "__float__", "__index__", "__array__")
+CHAIN_FRAMES = 4
+"""Most user frames in a sync site's call chain (the innermost ones)."""
 
 
 @dataclass
@@ -63,6 +69,10 @@ class SyncSite:
         on_device: Some call touched an accelerator tensor (a real host-device sync).
         library_sites: ``{library location: calls}`` for library sites.
         library_ops: ``{library location: op}``: what synchronises at each library site.
+        chain: The user's frames down to the sync, outermost first (``"main.py:368 train"``,
+            at most :data:`CHAIN_FRAMES`), then the implicit conversion if there is one.
+        implicit: The conversion Python called without a visible call (``"Tensor.__format__"``
+            for an f-string or ``str.format``, ``"Tensor.__bool__"`` for ``if tensor:``, ...).
     """
 
     location: str
@@ -73,6 +83,8 @@ class SyncSite:
     on_device: bool = False
     library_sites: dict[str, int] = field(default_factory=dict)
     library_ops: dict[str, str] = field(default_factory=dict)
+    chain: list[str] = field(default_factory=list)
+    implicit: str | None = None
 
 
 class CallerFrames:
@@ -192,6 +204,13 @@ class SyncSpy(TorchDispatchMode):
                     derived[item] = True
         return out
 
+    def mark(self, batch: Any) -> None:
+        """``batch`` (tensors in lists, tuples, dicts) is the step's input: on a CPU run what is
+        computed from it counts, as it would be on the accelerator (nothing on an accelerator)."""
+        if self._derived is not None:
+            for tensor in _tensors(batch):
+                self._derived[tensor] = True
+
     @property
     def derived_tensors(self) -> WeakIdKeyDictionary | None:
         """The tensors known to derive from trainable parameters (CPU run), to hand to the next
@@ -226,6 +245,7 @@ class SyncSpy(TorchDispatchMode):
 
     def _record(self, op: str, seconds: float, frame: FrameType | None) -> None:
         library, library_at, user_at = None, None, None
+        implicit: str | None = None
         while frame is not None:
             kind = self._frames.kind(frame.f_code.co_filename)
             if kind is None:
@@ -233,14 +253,21 @@ class SyncSpy(TorchDispatchMode):
                 break
             if kind and library is None:
                 library, library_at = kind, frame
+            elif not kind and library is None and frame.f_code.co_name in _IMPLICIT_METHODS:
+                implicit = f"Tensor.{frame.f_code.co_name}"  # e.g. __format__ in torch/_tensor.py
             frame = frame.f_back
         if user_at is not None and library is None and op == "item":
             op = _scalar_op(user_at)
+        if user_at is not None and library is None and implicit is None:
+            implicit = _implicit(op, user_at)
         library_op = _scalar_op(library_at) if library_at is not None and op == "item" else op
         location = (f"{display_path(user_at.f_code.co_filename)}:{user_at.f_lineno}"
                     if user_at is not None else "<library>")
         site = self.sites.setdefault((location, op if library is None else "", library),
                                      SyncSite(location, op if library is None else "", library))
+        if not site.calls and user_at is not None:
+            site.chain = self._chain(user_at) + ([implicit] if implicit else [])
+            site.implicit = implicit
         site.calls += 1
         site.blocking_s += seconds
         site.on_device = site.on_device or self.accelerator
@@ -250,6 +277,23 @@ class SyncSpy(TorchDispatchMode):
             site.library_ops[where] = library_op
             if library_op not in site.op.split(", "):
                 site.op = f"{site.op}, {library_op}" if site.op else library_op
+
+    def _chain(self, frame: FrameType | None) -> list[str]:
+        """``file:line function`` of the user's frames from ``frame`` out, outermost first,
+        until a library called them (or :data:`CHAIN_FRAMES` of them)."""
+        chain: list[str] = []
+        while frame is not None and len(chain) < CHAIN_FRAMES:
+            code = frame.f_code
+            kind = self._frames.kind(code.co_filename)
+            if kind is None:
+                where = f"{display_path(code.co_filename)}:{frame.f_lineno}"
+                if chain and chain[-1].startswith(where + " "):  # a generator on the same line
+                    chain.pop()
+                chain.append(f"{where} {getattr(code, 'co_qualname', code.co_name)}")
+            elif kind:
+                break
+            frame = frame.f_back
+        return chain[::-1]
 
     def _patch(self) -> None:
         """Wrap methods that read tensor data without dispatching an op (on a CPU tensor)."""
@@ -291,6 +335,19 @@ class SyncSpy(TorchDispatchMode):
         return spied
 
 
+def _tensors(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in ``value``: itself, or inside lists, tuples and mappings (4 levels deep)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth >= 4:
+        return []
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value[:1000] for t in _tensors(item, depth + 1)]
+    return []
+
+
 def _derives(args: tuple[Any, ...], derived: WeakIdKeyDictionary) -> bool:
     """Some tensor in ``args`` is a trainable parameter or derived from one."""
     for arg in args:
@@ -310,6 +367,20 @@ def _on_device(args: tuple[Any, ...]) -> bool:
         if any(isinstance(a, torch.Tensor) and a.device.type not in ("cpu", "meta") for a in items):
             return True
     return False
+
+
+def _implicit(op: str, frame: FrameType) -> str | None:
+    """The conversion Python called for ``op`` on the user's line, when the line shows none."""
+    if op == "bool(tensor)":
+        return "Tensor.__bool__"
+    if op == "int(tensor)":
+        return "Tensor.__int__"
+    if op == "float(tensor)":
+        return "Tensor.__float__"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    if op == "item" and ".item(" not in line and ("[" in line or "range(" in line):
+        return "Tensor.__index__"  # a tensor used as an index or a count
+    return None
 
 
 def _scalar_op(frame: FrameType) -> str:

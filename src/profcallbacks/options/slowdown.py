@@ -35,6 +35,14 @@ class SlowdownConfig:
             baseline (``None``: never re-baseline).
         rebaseline_after_s: Seconds of step time it must last as well.
         capture_cooldown_steps: Fewest steps between two captures asked for by slowdown alerts.
+        early_ratio: Before the first baseline block is complete, steps at least this many
+            times (or ``threshold`` times, if more) slower than the first ``early_steps`` steps
+            after the warm-up, for
+            ``min_steps`` steps and ``min_duration_s`` seconds, alert against those first steps
+            (a speed that changes before a baseline forms); the first block then takes those
+            steps as its baseline when it ends slower than ``threshold`` x them, so the typical
+            step time is never a mix of two speeds (``None``: off).
+        early_steps: Steps after the warm-up whose median is the early reference.
         straggler: Cross-rank straggler check (``None``: off; see ``StragglerConfig``).
 
     Example:
@@ -54,6 +62,8 @@ class SlowdownConfig:
     rebaseline_after_steps: int | None = 200
     rebaseline_after_s: float = 60.0
     capture_cooldown_steps: int = 500
+    early_ratio: float | None = 2.0
+    early_steps: int = 20
     straggler: StragglerConfig | None = None
 
     def __post_init__(self) -> None:
@@ -86,6 +96,10 @@ class SlowdownConfig:
                      example=60.0)
         check_int(owner, "capture_cooldown_steps", self.capture_cooldown_steps, minimum=0,
                   example=500)
+        if self.early_ratio is not None:
+            check_number(owner, "early_ratio", self.early_ratio, above=1.0, maximum=1000.0,
+                         fix="Use e.g. early_ratio=2.0 (a ratio of step times), or None (off).")
+        check_int(owner, "early_steps", self.early_steps, minimum=5, maximum=100_000, example=20)
         if self.rebaseline_after_steps is not None:
             check_int(owner, "rebaseline_after_steps", self.rebaseline_after_steps, minimum=1,
                       example=200)

@@ -17,12 +17,15 @@ class SyncAuditConfig:
 
     The audit runs a dispatch-mode spy (about 1.7x slower on a tiny step, 2x with the CPU-run
     tracking) for rounds of ``steps`` steps: from ``at_step`` on, then from each step in
-    ``repeat_at``. Nothing of it is installed otherwise. The defaults audit steps 19-20 and
-    99-100: work done every 10, 50 or 100 steps, counted from 0 (``step % 10 == 0``) or from 1
+    ``repeat_at``. Nothing of it is installed otherwise. The defaults audit steps 19-21 and
+    99-101: work done every 10, 50 or 100 steps, counted from 0 (``step % 10 == 0``) or from 1
     (``(step + 1) % 10 == 0``, as the HF Trainer and Lightning log), is seen by the end of step
-    100, for 4 audited steps in all. A round that a capture window is in the way of moves to the
-    next steps with the same alignment (19-20 to 29-30, 99-100 to 199-200); a round not aligned
-    on 10 runs right after the window.
+    101, for 6 audited steps in all, on both sides of the step boundary: work a loop does after
+    ``prof.step()`` (a callback that runs after ours) lands in the next step, and is still seen.
+    A round that a capture window is in the way of moves to the next steps with the same
+    alignment (19-21 to 29-31, 99-101 to 199-201); a round not aligned on 10 runs right after
+    the window. Each round ends with a ``sync_audit`` finding saying which steps it audited; a
+    run that ends before an audit, or an audit given up, says why in one too.
 
     Args:
         at_step: First audited step (0-based).
@@ -41,7 +44,7 @@ class SyncAuditConfig:
     """
 
     at_step: int = 19
-    steps: int = 2
+    steps: int = 3
     repeat_at: tuple[int, ...] = (99,)
     allow: tuple[str, ...] = ()
     libraries: tuple[str, ...] = LIBRARIES
@@ -50,7 +53,7 @@ class SyncAuditConfig:
     def __post_init__(self) -> None:
         owner = "SyncAuditConfig"
         check_int(owner, "at_step", self.at_step, minimum=0, example=19)
-        check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=2)
+        check_int(owner, "steps", self.steps, minimum=1, maximum=100, example=3)
         for name, example in (("allow", ("train.py:42",)), ("libraries", ("torch",))):
             value = getattr(self, name)
             if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):

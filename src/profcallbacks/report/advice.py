@@ -24,7 +24,7 @@ Example:
     >>> any("pin_memory" in line for line in verdict_advice("input_bound", ctx))
     False
     >>> verdict_advice("gpu_compute_bound", RunContext(device="cuda", capability=(7, 0)))[0][:40]
-    'Use fp16 mixed precision (torch.autocast('
+    'Use fp16 mixed precision (torch.autocast'
 """
 
 from __future__ import annotations
@@ -34,13 +34,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profcallbacks.findings import (
+    COMPILE_FALLBACK,
     DATALOADER_STALL,
+    GRAPH_BREAK,
     MEMORY_CREEP,
     MEMORY_SITES,
     OUT_OF_MEMORY,
+    RECOMPILE,
     STEP_SLOWDOWN,
     STRAGGLER,
     SYNC_POINT,
+)
+from profcallbacks.report.compile import (
+    COMPILE_KINDS,
+    COMPILED_PREFIXES,
+    FALLBACK_ADVICE,
+    GRAPH_BREAK_ADVICE,
+    RECOMPILE_ADVICE,
 )
 from profcallbacks.report.generations import LIGHTNING_PREFIXES, TraceFormat
 
@@ -59,6 +69,8 @@ class RunContext:
         loader_advice: Advice the stall detector chose for that loader, if it found a stall.
         framework: ``"lightning"``, ``"hf"`` or ``None`` (a plain loop, or not known).
         world_size: Processes in the run.
+        compiled: The run uses torch.compile (compiled regions in its traces, or compile
+            findings): advice does not suggest it again.
     """
 
     device: str = "unknown"
@@ -68,6 +80,7 @@ class RunContext:
     loader_advice: tuple[str, ...] = ()
     framework: str | None = None
     world_size: int = 1
+    compiled: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -81,7 +94,8 @@ class RunContext:
         return {"device": self.device, "gpu_name": self.gpu_name,
                 "capability": list(self.capability) if self.capability else None,
                 "loader": {k: self.loader[k] for k in keys if k in self.loader} or None,
-                "framework": self.framework, "world_size": self.world_size}
+                "framework": self.framework, "world_size": self.world_size,
+                "compiled": self.compiled}
 
 
 def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, Any]] = (),
@@ -95,6 +109,9 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         world_size: Processes in the run.
     """
     formats = list(formats)
+    names = list(names)
+    compiled = (any(f.get("kind") in COMPILE_KINDS for f in findings)
+                or any(str(n).startswith(COMPILED_PREFIXES) for n in names))
     device = "unknown"
     gpu_name: str | None = None
     capability: tuple[int, int] | None = None
@@ -123,7 +140,7 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         device = "cpu"
     return RunContext(device=device, gpu_name=gpu_name, capability=capability, loader=loader,
                       loader_advice=tuple(str(a) for a in advice if isinstance(a, str)),
-                      framework=framework, world_size=world_size)
+                      framework=framework, world_size=world_size, compiled=compiled)
 
 
 def verdict_advice(kind: str, context: RunContext | None = None) -> list[str]:
@@ -189,6 +206,9 @@ def _gpu_compute(ctx: RunContext) -> list[str]:
     else:
         first = ("Use mixed precision (torch.autocast bf16/fp16)"
                  + (" and TF32 matmuls" if ctx.device == "cuda" else ""))
+    if ctx.compiled:
+        return [first + ".", "The step already runs torch.compile'd code: look at the top kernels "
+                "below first, then try torch.compile(mode=\"max-autotune\")."]
     return [first + ".", "Fuse kernels (torch.compile) and look at the top kernels below first."]
 
 
@@ -207,6 +227,9 @@ def _communication(ctx: RunContext) -> list[str]:
 def _cpu_compute(ctx: RunContext) -> list[str]:
     threads = "raise torch.set_num_threads" + (" (one process per core set)" if ctx.world_size > 1
                                                 else "")
+    if ctx.compiled:
+        return [f"The CPU operators dominate: {threads} or use a smaller model (the step already "
+                "runs torch.compile'd code); the top operators are listed."]
     return [f"The CPU operators dominate: {threads}, try torch.compile or a smaller model; the "
             "top operators are listed."]
 
@@ -247,4 +270,7 @@ _FINDING = {
     MEMORY_SITES: "Free or detach what these lines keep, or keep it on the host in bounded form.",
     OUT_OF_MEMORY: "Lower the batch size or sequence length, use activation checkpointing or "
                    "mixed precision, and check the memory_creep/memory_sites findings before it.",
+    RECOMPILE: RECOMPILE_ADVICE,
+    COMPILE_FALLBACK: FALLBACK_ADVICE,
+    GRAPH_BREAK: GRAPH_BREAK_ADVICE,
 }

@@ -15,11 +15,15 @@ from profcallbacks.report.analysis import (
     rank_verdicts,
     run_verdict,
 )
+from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
+from profcallbacks.report.compile import compile_diagnoses, compile_report
+from profcallbacks.report.coverage import slower_than_captured
 from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.memory import memory_report
 from profcallbacks.report.reading import ReadError, read_jsonl
 from profcallbacks.report.reading import as_int as _int
+from profcallbacks.report.restarts import split_runs
 from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.traces import TraceSummary, summarise_file
 
@@ -71,10 +75,14 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     """
     problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
-    findings = _read_findings(run, problems)
+    split = split_runs(interval_rows, _read_findings(run, problems))  # a restarted run: the latest
+    interval_rows = split.rows
+    findings = sorted(({k: v for k, v in f.items() if k != "run"} for f in split.findings),
+                      key=lambda f: (_int(f["step"]), _int(f["rank"])))  # as Finding.to_dict()
     traces: list[TraceSummary] = []
     healthy: list[TraceSummary] = []
     captures: list[dict[str, Any]] = []
+    earlier_paths: set[Path] = set()
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
@@ -108,16 +116,23 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                              gpu_breakdown=analysis.get("gpu_breakdown"),
                              host_steps=analysis.get("host", {}).get("per_step", []),
                              export_overlap=summary.export_overlap,
-                             trace_format=summary.format.public())
+                             trace_format=summary.format.public(), budget=summary.budget)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
+        run_number = split.capture_run.get(capture.directory.name, split.runs)
+        if run_number != split.runs:  # an earlier run's capture: listed, never merged
+            earlier_paths.update(capture.files)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
+                         "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files, "analyses": analyses,
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
-                         "export_overlap": any(f.get("export_overlap") for f in files)})
+                         "export_overlap": any(f.get("export_overlap") for f in files),
+                         "budget": capture_budget(files),
+                         "merged": merged_trace(capture.merged, run.root) if capture.merged
+                         else None})
     names = {n for t in traces for n in t.cpu_ops}
     context = run_context([t.format for t in traces], findings, names,
                           max([1] + [t.world_size for t in traces]))
@@ -132,15 +147,24 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         del c["analyses"]
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
-    verdict = run_verdict(captures, sync_sites, context=context)
-    chosen = [c for c in captures if c["trigger"] not in UNHEALTHY_TRIGGERS] or captures
+    latest = [c for c in captures if c["run"] == split.runs]
+    verdict = run_verdict(latest, sync_sites, context=context)
+    chosen = [c for c in latest if c["trigger"] not in UNHEALTHY_TRIGGERS] or latest
     run_diagnoses = pool_diagnoses([(c["directory"], c["diagnoses"]) for c in chosen])
     for c in captures:
         c["metrics"] = public_metrics(c["metrics"])
     intervals = clean_intervals(interval_rows)
+    far = slower_than_captured(latest, intervals) if verdict is not None else None
+    if verdict is not None and far is not None:  # the verdict says what it describes
+        verdict = dict(verdict, evidence=[far["message"], *verdict["evidence"]],
+                       slower_than_captured=far)
     ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
     world_size = max([len(ranks)] + [t.world_size for t in traces])
+    run_steps = step_stats(intervals)
+    compiled = compile_report(interval_rows, findings)
+    run_diagnoses = sorted(run_diagnoses + compile_diagnoses(compiled, run_steps),
+                           key=lambda d: -d["gain_ms"])
     foreign = not (run.steps_files or run.findings_files) and all(c.trigger is None
                                                                   for c in run.captures)
     return {
@@ -150,16 +174,21 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "logdir": str(run.root),
         "world_size": world_size,
         "ranks": ranks,
-        "steps": step_stats(intervals),
+        "steps": run_steps,
         "verdict": verdict,
         "diagnoses": run_diagnoses,
         "run_context": context.public(),
-        "breakdown": breakdown(healthy or traces),
+        "earlier_runs": split.earlier,
+        "breakdown": breakdown([t for t in healthy or traces if t.path not in earlier_paths]
+                               or healthy or traces),
         "captures": captures,
-        "top_operators": top_operators(traces, top),
+        "top_operators": top_operators([t for t in traces if t.path not in earlier_paths]
+                                       or traces, top),
         "findings": findings,
         "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
+        "removed_captures": removed_captures(run.root, problems),
+        "compile": compiled,
         "problems": problems,
         "readable": bool(intervals or findings or traces),
     }
@@ -183,9 +212,9 @@ def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[s
                 continue
             details = row.get("details")
             findings.append({k: row[k] for k in FINDING_KEYS[:5]}
-                            | {"details": details if isinstance(details, dict) else {}})
-    findings.sort(key=lambda f: (_int(f["step"]), _int(f["rank"])))
-    return findings
+                            | {"details": details if isinstance(details, dict) else {}}
+                            | ({"run": str(row["run"])} if row.get("run") else {}))
+    return findings  # in file order: report/restarts.py numbers the runs by it
 
 
 def group_findings(findings: list[dict[str, Any]], context: RunContext | None = None,

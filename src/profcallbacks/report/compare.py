@@ -32,7 +32,9 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> d
     steps = {key: _change(sa.get(key), sb.get(key))
              for key in ("mean_ms", "median_ms", "max_ms", "data_wait_ms", "data_wait_share")}
     traced = {key: _change(ba.get(key), bb.get(key))
-              for key in ("step_ms", "data_wait_ms", "compute_ms", "other_ms", "gpu_kernel_ms")}
+              for key in ("step_ms", "data_wait_ms", "compute_ms", "other_ms", "gpu_kernel_ms",
+                          "compiled_ms")}
+    ca, cb = a.get("compile") or {}, b.get("compile") or {}
     return {
         "schema_version": SCHEMA_VERSION,
         "a": a["logdir"],
@@ -45,6 +47,12 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> d
         "gpu_breakdown": {key: _change(_mean_share(a, key), _mean_share(b, key)) for key in GPU_SHARES},
         "findings": _findings(a["findings_by_kind"], b["findings_by_kind"]),
         "diagnoses": diagnosis_changes(a.get("diagnoses") or [], b.get("diagnoses") or []),
+        "compile": None if not (ca or cb) else {
+            "compile_s": {"a": ca.get("compile_s", 0.0), "b": cb.get("compile_s", 0.0)},
+            "recompiles": {"a": ca.get("recompiles", 0), "b": cb.get("recompiles", 0)},
+            "fallbacks": {"a": len(ca.get("fallbacks", [])), "b": len(cb.get("fallbacks", []))},
+            "graph_breaks": {"a": len({(g["file"], g["line"]) for g in ca.get("graph_breaks", [])}),
+                             "b": len({(g["file"], g["line"]) for g in cb.get("graph_breaks", [])})}},
         "problems": a["problems"] + b["problems"],
     }
 
@@ -100,7 +108,8 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
         out.append("")  # traces alone (no step summaries on either side): nothing to show here
     out += ["Traced steps (mean per ProfilerStep range)"]
     for key, label in (("step_ms", "step"), ("data_wait_ms", "data wait"), ("compute_ms", "compute"),
-                       ("other_ms", "other"), ("gpu_kernel_ms", "GPU kernels busy")):
+                       ("other_ms", "other"), ("gpu_kernel_ms", "GPU kernels busy"),
+                       ("compiled_ms", "torch.compile code")):
         out.append(_line(label, cmp["breakdown"][key]))
     verdicts = cmp.get("verdict") or {}
     if verdicts.get("a") or verdicts.get("b"):
@@ -120,6 +129,14 @@ def render_compare_text(cmp: dict[str, Any]) -> str:
             name = r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "..."
             out.append(f"  {name:<60} {_fmt(a):>10} -> {_fmt(b):>10}  {r['delta_ms']:+.3f} ms"
                        + ("" if r["status"] == "changed" else f"  ({r['status']})"))
+    compiled = cmp.get("compile")
+    if compiled:
+        c = compiled
+        out += ["", f"torch.compile: compile time {c['compile_s']['a']:.1f} s -> "
+                f"{c['compile_s']['b']:.1f} s, recompiles {c['recompiles']['a']} -> "
+                f"{c['recompiles']['b']}, fallbacks to eager {c['fallbacks']['a']} -> "
+                f"{c['fallbacks']['b']}, graph breaks per step {c['graph_breaks']['a']} -> "
+                f"{c['graph_breaks']['b']}"]
     out += _diagnosis_lines(cmp.get("diagnoses"))
     out += ["", "Findings (count A -> B)"]
     out += [f"  {r['kind']}: {r['count_a']} -> {r['count_b']} ({r['status']})"

@@ -1,8 +1,8 @@
 """How the report writes numbers, the same in text and HTML.
 
 Example:
-    >>> ms(12.345), pct(0.1234), ms(None)
-    ('12.35 ms', '12.3%', '-')
+    >>> ms(12.345), pct(0.1234), ms(None), steps(26, 26), steps(24, 26)
+    ('12.35 ms', '12.3%', '-', 'step 26', 'steps 24-26')
 """
 
 from __future__ import annotations
@@ -16,3 +16,8 @@ def ms(value: float | None) -> str:
 def pct(value: float | None) -> str:
     """A share (0-1) as a percentage with one decimal; ``-`` when unknown."""
     return "-" if value is None else f"{value:.1%}"
+
+
+def steps(first: object, last: object) -> str:
+    """``step 26`` for one step, ``steps 24-26`` for several."""
+    return f"step {first}" if first == last else f"steps {first}-{last}"

@@ -60,6 +60,14 @@ def render_html(report: dict[str, Any]) -> str:
              f"&middot; {_e(report['generator'])}</p>"]
     parts.append(_verdict_panel(report))
     parts.append(diagnoses_html(report.get("diagnoses"), report.get("captures")))
+    if report.get("foreign"):
+        parts.append("<p id=foreign>Traces not written by profcallbacks: no step summaries or "
+                     "findings files; what follows is read from the traces alone.</p>")
+    for r in report.get("earlier_runs") or []:
+        parts.append(f"<p class=earlier-run>An earlier run (run {_e(r['run'])}: steps "
+                     f"{_e(r['first_step'])}-{_e(r['last_step'])}, {_e(r['findings'])} finding(s), "
+                     f"captures {_e(', '.join(r['captures']) or '-')}) wrote into this log "
+                     "directory too; it is not merged into this report.</p>")
     parts.append("<h2>Step time over the run</h2>" + step_time_svg(report))
     if steps:
         parts.append(f"<p id=step-stats>Steps {steps['first_step']}-{steps['last_step']} "
@@ -67,7 +75,8 @@ def render_html(report: dict[str, Any]) -> str:
                      f"data wait {_ms(steps['data_wait_ms'])} per step "
                      f"(<b>{_pct(steps['data_wait_share'])}</b>).</p>")
         parts.append(_ranks(steps))
-    parts.append(_breakdown(report["breakdown"]))
+    if report["breakdown"] is not None or not report.get("foreign"):
+        parts.append(_breakdown(report["breakdown"]))
     parts.append(memory_html(report.get("memory")))
     parts.append(_findings(report))
     parts.append(_captures(report["captures"]))

@@ -6,6 +6,7 @@ training thread, where the session emits them.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -20,6 +21,7 @@ from profcallbacks.report.analysis import analyse_events, pool
 from profcallbacks.report.decode import Trace, load_trace, slim
 from profcallbacks.report.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES
+from profcallbacks.report.growth import describe, growth_pattern
 from profcallbacks.report.traces import summarise
 from profcallbacks.report.verdict import decide, label
 
@@ -70,6 +72,9 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             trace = slim(trace_file, Path(info.name))
         else:
             trace = load_trace(trace_file)
+        if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
+            # the published directory: name-2, name-3 ... when an earlier run took the name
+            info = dataclasses.replace(info, name=trace_file.parent.name)
         earlier = [p["verdict"]["kind"] for p in history
                    if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
         profile = capture_profile(trace, info, earlier[-1] if earlier else None)
@@ -93,15 +98,28 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
         changes = diagnose(before, profile)
         if changes:
             top = changes[0]
+            growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
+                                    {**before["cpu_ops"], **before["gpu_ops"]},
+                                    {**profile["cpu_ops"], **profile["gpu_ops"]})
+            clause = describe(growth)
             findings.append(Finding(
                 SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
                 f"step {before['metrics']['step_ms']:.2f} -> {profile['metrics']['step_ms']:.2f} ms "
-                f"since capture {before['name']}; grew most: {top['what']} "
-                f"{top['before_ms']:.2f} -> {top['after_ms']:.2f} ms per step",
+                f"since capture {before['name']}; " + (f"{clause}; " if clause else "")
+                + f"grew most: {top['what']} {top['before_ms']:.2f} -> {top['after_ms']:.2f} ms "
+                "per step",
                 {"changes": changes, "before": before["name"], "after": info.name,
-                 "before_verdict": before["verdict"], "after_verdict": verdict}))
+                 "before_verdict": before["verdict"], "after_verdict": verdict,
+                 "growth": growth}))
     history.append(profile)
     return findings
+
+
+def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+    """The step's parts (ms per step) that add up to it, for ``growth.growth_pattern``."""
+    data, ops = metrics["data_wait_ms"], metrics["cpu_ops_ms"]
+    return {"data wait": data, "CPU operators": ops,
+            "other": max(metrics["step_ms"] - data - ops, 0.0)}
 
 
 def diagnose(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,14 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profcallbacks.layout import CAPTURE_DIR, META_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
+from profcallbacks.layout import (
+    CAPTURE_DIR,
+    MERGED_FILE,
+    META_DIR,
+    TRACE_FILE,
+    parse_capture_dir,
+    parse_rank_file,
+)
 
 _MAX_DEPTH = 4
 
@@ -26,6 +33,8 @@ class Capture:
     trigger: str | None
     partial: bool
     files: list[Path] = field(default_factory=list)
+    merged: Path | None = None
+    """The merged trace of all ranks (``all-ranks.<step>.trace.json.gz``): not one of ``files``."""
 
 
 @dataclass
@@ -53,20 +62,35 @@ def scan_run(root: Path) -> RunFiles:
     for name in _listdir(root, run):
         child = root / name
         parsed = parse_capture_dir(name)
-        if parsed and child.is_dir():
+        if parsed and child.is_dir() and _inside(child, root, run):
             files = sorted(child / f for f in _listdir(child, run)
-                           if TRACE_FILE.match(f) and (child / f).is_file())
-            run.captures.append(Capture(child, *parsed, files))
+                           if TRACE_FILE.match(f) and (child / f).is_file()
+                           and _inside(child / f, root, run))
+            merged = next((child / f for f in _listdir(child, run) if MERGED_FILE.match(f)), None)
+            run.captures.append(Capture(child, *parsed, files, merged))
     meta = root / META_DIR
-    if meta.is_dir():
+    if meta.is_dir() and _inside(meta, root, run):
         for name in _listdir(meta, run):
             rank_file = parse_rank_file(name)
-            if rank_file:
+            if rank_file and _inside(meta / name, root, run):
                 rank, what = rank_file
                 target = run.findings_files if what == "findings" else run.steps_files
                 target[rank] = meta / name
     run.captures.sort(key=lambda c: (c.first_step, c.directory.name))
     return run
+
+
+def _inside(path: Path, root: Path, run: RunFiles) -> bool:
+    """``path`` is no link leading out of ``root``; one that does is a problem of the run and
+    is not read (in a shared log directory another user may have planted it)."""
+    if not path.is_symlink():
+        return True
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, base]) == base:
+        return True
+    run.problems.append({"file": str(path), "error": f"a link out of the log directory (to "
+                                                     f"{real}); not read"})
+    return False
 
 
 def _listdir(path: Path, run: RunFiles) -> list[str]:
@@ -113,7 +137,7 @@ def is_chrome_trace(path: Path) -> bool:
 
     Only its first 64 KiB are read; the full parse happens (with named errors) in the report.
     """
-    if not path.name.endswith(_FOREIGN_NAME) or not path.is_file():
+    if not path.name.endswith(_FOREIGN_NAME) or MERGED_FILE.match(path.name) or not path.is_file():
         return False
     try:
         with open(path, "rb") as raw:

@@ -6,17 +6,46 @@ from html import escape
 from typing import Any
 
 from profcallbacks.findings import (
+    CAPTURE_VERDICT,
     DATALOADER_STALL,
     DATALOADER_STALL_CLEARED,
+    DATALOADER_WAIT,
+    MEMORY_CREEP,
+    MEMORY_SITES,
+    OUT_OF_MEMORY,
+    SLOWDOWN_DIAGNOSIS,
+    STEP_BASELINE_RESET,
     STEP_SLOWDOWN,
     STEP_SPEED_RECOVERED,
     STRAGGLER,
+    SYNC_AUDIT,
+    SYNC_POINT,
 )
+from profcallbacks.report.fmt import steps
 
 WIDTH, HEIGHT = 900, 300
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 20, 40
 RANK_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
-FINDING_COLOURS = {DATALOADER_STALL: "#ff7f0e", STEP_SLOWDOWN: "#d62728", STRAGGLER: "#e377c2"}
+FINDING_COLOURS = {DATALOADER_STALL: "#ff7f0e", STEP_SLOWDOWN: "#d62728", STRAGGLER: "#e377c2",
+                   CAPTURE_VERDICT: "#6a1b9a", SYNC_POINT: "#00897b", SLOWDOWN_DIAGNOSIS: "#ad1457",
+                   MEMORY_CREEP: "#283593", MEMORY_SITES: "#5c6bc0", OUT_OF_MEMORY: "#000000",
+                   DATALOADER_STALL_CLEARED: "#ffcc80", DATALOADER_WAIT: "#e65100",
+                   STEP_SPEED_RECOVERED: "#ef9a9a", STEP_BASELINE_RESET: "#8d6e63",
+                   SYNC_AUDIT: "#90a4ae"}
+OTHER_COLOURS = ("#555555", "#9e9d24", "#0277bd", "#4e342e", "#00bcd4", "#c0ca33")
+
+
+def finding_colours(kinds: set[str]) -> dict[str, str]:
+    """A colour for each kind: its own for known kinds, distinct ones for the others.
+
+    Example:
+        >>> finding_colours({"sync_point", "capture_verdict", "mine"})["mine"]
+        '#555555'
+    """
+    colours = {k: FINDING_COLOURS[k] for k in kinds if k in FINDING_COLOURS}
+    others = sorted(k for k in kinds if k not in FINDING_COLOURS)
+    colours.update((k, OTHER_COLOURS[n % len(OTHER_COLOURS)]) for n, k in enumerate(others))
+    return colours
 
 
 def _nice_max(value: float) -> float:
@@ -70,7 +99,7 @@ def step_time_svg(report: dict[str, Any]) -> str:
              f' width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Step time over the run">']
     for c in captures:  # capture windows as shaded bands
         a, b = sx(c["steps"][0]), sx(c["steps"][-1] + 1)
-        label = escape(f"capture {c['directory']}: steps {c['steps'][0]}-{c['steps'][-1]}")
+        label = escape(f"capture {c['directory']}: {steps(c['steps'][0], c['steps'][-1])}")
         parts.append(f'<rect class="capture-window" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" '
                      f'height="{ph}" fill="#fdd835" fill-opacity="0.25"><title>{label}</title></rect>')
     for i in range(5):  # y grid and labels
@@ -87,10 +116,11 @@ def step_time_svg(report: dict[str, Any]) -> str:
                  f'transform="rotate(-90 14 {TOP + ph / 2})">step time (ms)</text>')
     run_last = int(x1) - 1
     still_open = _open_episodes(findings)
+    colours = finding_colours({str(f["kind"]) for f in findings})
     for f in findings:  # stalls, slowdowns and other findings as vertical markers
         if not isinstance(f["step"], int):
             continue
-        colour = FINDING_COLOURS.get(str(f["kind"]), "#555")
+        colour = colours[str(f["kind"])]
         x = sx(f["step"])
         tip = escape(f"{f['kind']} at step {f['step']} (rank {f['rank']}): {f['message']}")
         first, last = f["details"].get("first_step"), f["details"].get("last_step")
@@ -127,7 +157,7 @@ def step_time_svg(report: dict[str, Any]) -> str:
     legend.append('<span><i style="background:#000;border-radius:50%"></i>traced step</span>')
     legend.append('<span><i style="background:#fdd835;opacity:.5"></i>capture window</span>')
     for kind in sorted({str(f["kind"]) for f in findings}):
-        legend.append(f'<span><i style="background:{FINDING_COLOURS.get(kind, "#555")}"></i>'
+        legend.append(f'<span><i style="background:{colours[kind]}"></i>'
                       f'{escape(kind)}</span>')
     legend.append("</div>")
     return "\n".join(parts + legend)

@@ -124,6 +124,10 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
             limit = MAX_DECOMPRESSED_BYTES
             if gz:
                 limit = min(limit, max(size * MAX_GZIP_RATIO, _RATIO_FLOOR))
+        if not gz and size > limit:  # refused before reading a byte of it
+            os.close(fd)
+            raise ReadError(path, f"{size} bytes, more than the {limit >> 20} MiB read at most; "
+                                  "not read")
         out = bytearray()
         with open(fd, "rb") as raw:
             bar = Progress(path.name, size, progress_stream(size))

@@ -142,6 +142,9 @@ def breakdown(traces: list[TraceSummary]) -> dict[str, Any] | None:
         out[key.replace("_ms", "_share")] = out[key] / step if step > 0 else 0.0
     gpu = [r["gpu_kernel_ms"] for r in rows if r["gpu_kernel_ms"] is not None]
     out["gpu_kernel_ms"] = sum(gpu) / len(gpu) if gpu else None
+    compiled = sum(r.get("compiled_ms", 0.0) for r in rows) / n
+    out["compiled_ms"] = compiled
+    out["compiled_share"] = compiled / step if step > 0 else 0.0
     out["per_step"] = [{"capture": t.path.parent.name, "rank": t.rank, **s}
                        for t in traces for s in t.steps]
     return out

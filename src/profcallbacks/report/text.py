@@ -5,9 +5,12 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.report.budgets import budget_lines
+from profcallbacks.report.compile import compile_text
 from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
+from profcallbacks.report.fmt import steps as _steps
 from profcallbacks.report.memory import memory_text
 from profcallbacks.report.safe import visible
 from profcallbacks.report.verdict import SHARE_OF
@@ -34,15 +37,26 @@ def render_text(report: dict[str, Any]) -> str:
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
     out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
         report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
+    earlier = report.get("earlier_runs") or []
+    if earlier:
+        runs = "; ".join(
+            f"run {r['run']}: steps {r['first_step']}-{r['last_step']}, {r['findings']} finding(s)"
+            + (f", captures {', '.join(r['captures'])}" if r["captures"] else "") for r in earlier)
+        out += textwrap.wrap(f"This log directory holds the files of {len(earlier) + 1} runs (a "
+                             f"restart into it): {runs}. What follows is run {len(earlier) + 1}, "
+                             "the latest; the earlier runs' steps and findings are not merged "
+                             "into it.", 100) + [""]
     if report.get("foreign"):
         out += ["Traces not written by profcallbacks: no step summaries or findings files; what "
                 "follows is read from the traces alone", ""]
     else:
         out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"], bool(report.get("foreign")))
-    out += _captures_section(report["captures"])
+    out += _captures_section(report["captures"], earlier)
+    out += budget_lines(report)
     out += _operators_section(report["top_operators"], read)
     out += memory_text(report.get("memory"))
+    out += compile_text(report.get("compile"))
     out += _findings_section(report["findings_by_kind"])
     if report["problems"]:
         out.append("Files that could not be read")
@@ -59,7 +73,7 @@ def step_spread(steps: dict[str, Any]) -> str:
     return (f"mean {_ms(steps['mean_ms'])}   p50 {_ms(steps['median_ms'])}   p90 "
             f"{_ms(steps['p90_ms'])}   p99 {_ms(steps['p99_ms'])}   max {_ms(steps['max_ms'])} "
             f"(step {steps['max_step']})   {steps['steps_per_s']:.1f} steps/s; "
-            f"{steps['steps_excluded']} steps in capture windows or audits left out")
+            f"{steps['steps_excluded']} steps in capture windows, audits or compiling left out")
 
 
 def _steps_section(steps: dict[str, Any] | None) -> list[str]:
@@ -97,12 +111,17 @@ def _breakdown_section(bd: dict[str, Any] | None, foreign: bool = False) -> list
     for key, label in (("data_wait", "data wait"), ("compute", "compute (CPU ops)"),
                        ("other", "other")):
         out.append(f"  {label:<18} {_ms(bd[key + '_ms']):>12}  {_pct(bd[key + '_share']):>6}")
+    if bd.get("compiled_ms"):
+        out.append(f"  {'torch.compile code':<18} {_ms(bd['compiled_ms']):>12}  "
+                   f"{_pct(bd['compiled_share']):>6}  (compiled regions, part of the above)")
     if bd["gpu_kernel_ms"] is not None:
         out.append(f"  {'GPU kernels busy':<18} {_ms(bd['gpu_kernel_ms']):>12}")
     return out + [""]
 
 
-def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
+def _captures_section(captures: list[dict[str, Any]],
+                      report_runs: list[dict[str, Any]] | None = None) -> list[str]:
+    report_runs = report_runs or []
     out = ["Captures"]
     if not captures:
         return out + ["  none", ""]
@@ -111,7 +130,9 @@ def _captures_section(captures: list[dict[str, Any]]) -> list[str]:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
         files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
         kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
+        earlier_run = c.get("run") not in (None, len(report_runs) + 1)
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
+                     + (f" (run {c['run']})" if earlier_run else "")
                      + (" (during an export)" if c.get("export_overlap") else ""), steps, kind, files])
     out += _table(["directory", "trigger", "steps", "verdict", "files"], rows) + [""]
     for c in captures:
@@ -190,8 +211,9 @@ def _findings_section(groups: list[dict[str, Any]]) -> list[str]:
         return out + ["  none", ""]
     for g in groups:
         ranks = ", ".join(str(r) for r in g["ranks"])
-        out.append(f"  {g['kind']} ({g['severity']}): {g['count']} finding(s), steps "
-                   f"{g['first_step']}-{g['last_step']}, rank(s) {ranks}")
+        out.append(f"  {g['kind']} ({g['severity']}): {g['count']} finding(s), "
+                   f"{_steps(g['first_step'], g['last_step'])}, "
+                   f"rank(s) {ranks}")
         for message in g["messages"]:
             out += textwrap.wrap(message, 100, initial_indent="    - ", subsequent_indent="      ")
         if g.get("advice_in_verdict"):

@@ -6,6 +6,9 @@ Definitions (all durations in milliseconds, per ``ProfilerStep#N`` range):
 - ``compute_ms``: time covered by outermost CPU operators (on any thread of the process), data
   wait excluded: the host was running framework work;
 - ``other_ms``: the rest of the step: Python between operators, logging, waiting on locks;
+- ``compiled_ms``: time covered by torch.compile's regions (``Torch-Compiled Region``,
+  ``CompiledFunction``/``CompiledFunctionBackward``, ``## Call CompiledFxGraph``, dynamo's cache
+  lookup), part of the above: how much of the step runs compiled code;
 - ``gpu_kernel_ms``: time covered by GPU kernels and memcpy/memset inside the step (``None``
   for traces without device activity).
 
@@ -22,12 +25,14 @@ from typing import Any
 
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.report.analysis import analyse_events
+from profcallbacks.report.compile import COMPILED_PREFIXES
 from profcallbacks.report.decode import MISSING, Args, Event, Trace, load_trace
 from profcallbacks.report.expert import trace_expert
 from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, normalise
 from profcallbacks.report.intervals import covered, merge, subtract
 from profcallbacks.report.reading import ReadError
 from profcallbacks.report.reading import as_int as _int
+from profcallbacks.report.stream import STREAM_MIN_BYTES, stream_trace
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
@@ -48,6 +53,7 @@ class TraceSummary:
     trigger: str | None
     partial: bool
     export_overlap: bool = False  # recorded while an earlier capture was still being exported
+    budget: dict[str, Any] | None = None  # what the capture byte budget predicted and trimmed
     steps: list[dict[str, Any]] = field(default_factory=list)
     cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
@@ -64,7 +70,7 @@ def summarise_file(path: Path) -> TraceSummary:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = load_trace(path)
+        trace = stream_trace(path) if _disk_bytes(path) >= STREAM_MIN_BYTES else load_trace(path)
         try:
             summary = summarise(trace, path)
         except (ReadError, MemoryError):
@@ -97,10 +103,13 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
                            worker=worker, trigger=trigger if isinstance(trigger, str) else None,
                            partial=bool(meta.get("partial")),
-                           export_overlap=meta.get("export_overlap") is True, format=found)
+                           export_overlap=meta.get("export_overlap") is True, format=found,
+                           budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
+                           else None)
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []
+    compiled: list[Interval] = []
     step_events: list[tuple[float, float, str, bool]] = []
     gpu_ops = summary.gpu_ops
     events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
@@ -130,6 +139,8 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             pid, tid = event.pid, event.tid
             key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
             item = (ts, dur, name)
+            if name.startswith(COMPILED_PREFIXES):
+                compiled.append((ts, ts + dur))
             if key in threads:
                 threads[key].append(item)
             else:
@@ -146,11 +157,14 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             args = event.args
             ours = isinstance(args, Args) and bool(args.profcallbacks)
             step_events.append((ts, dur, name, ours))
+        elif name.startswith(COMPILED_PREFIXES):
+            compiled.append((ts, ts + dur))
 
     compute, data = _self_times(threads, summary.cpu_ops)
     data_merged = merge(data)
     compute_merged = subtract(merge(compute), data_merged)
     gpu_merged = merge(gpu) if gpu else None
+    compiled_merged = merge(compiled) if compiled else None
     if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
         step_events = [e for e in step_events if e[3]]
     for ts, dur, name, _ in sorted(step_events):
@@ -164,6 +178,8 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             "compute_ms": compute_us / 1e3,
             "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
             "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
+            "compiled_ms": (0.0 if compiled_merged is None
+                            else covered(compiled_merged, ts, end) / 1e3),
         })
     for row in summary.cpu_ops.values():
         row[1] /= 1e3
@@ -220,3 +236,10 @@ def _key(value: Any) -> Any:
     if value is MISSING:  # as for null
         value = None
     return value if isinstance(value, (int, str)) else str(value)
+
+
+def _disk_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the reader names the error

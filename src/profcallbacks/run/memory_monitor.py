@@ -84,7 +84,7 @@ class MemoryMonitor:
         key = "memory_allocated_mb" if self._detector.source == CUDA_ALLOCATED else "process_rss_mb"
         if key not in values:
             return values, []
-        return values, self._detector.observe(step, values[key])
+        return values, self._detector.observe(step, values[key], now)
 
     def window_step(self, step: int, capture: TraceCapture | None) -> list[Finding]:
         """Step ``step`` begins with ``capture`` open (or none): start, stop or judge the spy."""

@@ -120,6 +120,7 @@ class StepAudit(Participant):
         self.auditing = False
         self._captures = captures
         self._starts = 0
+        self._said: list[Finding] = []  # what the audit says of itself, taken after blocks
 
     def begin_block(self, step: int, now: float) -> Iterable[Finding]:
         auditor = self.auditor
@@ -130,15 +131,38 @@ class StepAudit(Participant):
         if self._starts > MAX_AUDIT_STARTS:
             log.info("profcallbacks: the sync audit was cut short by pauses %d times; given up.",
                      MAX_AUDIT_STARTS)
-            self.auditor = None
-            return ()
+            return self._give_up(step, f"cut short by pauses {MAX_AUDIT_STARTS} times at step "
+                                 f"{step}, given up")
         try:
             auditor.begin_step(step)
             self.auditing = True
         except Exception as exc:
             log.warning("profcallbacks: the sync audit failed to start (%s); it is disabled.", exc)
-            self.auditor = None
+            return self._give_up(step, f"failed to start at step {step} ({type(exc).__name__})")
         return ()
+
+    def _give_up(self, step: int, why: str) -> list[Finding]:
+        """The audit is off for the rest of the run: a ``sync_audit`` finding says why."""
+        auditor, self.auditor = self.auditor, None
+        stopped = getattr(auditor, "stopped", None)
+        try:
+            return [stopped(step, why)] if stopped is not None else []
+        except Exception as exc:
+            log.warning("profcallbacks: the sync audit could not report (%s).", exc)
+            return []
+
+    def finish(self, last_step: int) -> None:
+        """The run ended after ``last_step``: a round cut short, or a check that did not run."""
+        auditor, self.auditor = self.auditor, None
+        finish = getattr(auditor, "finish", None)
+        try:
+            self._said += finish(last_step) if finish is not None else []
+        except Exception as exc:
+            log.warning("profcallbacks: the sync audit could not report (%s).", exc)
+
+    def take_findings(self) -> Iterable[Finding]:
+        said, self._said = self._said, []
+        return said
 
     @property
     def disturbs_steps(self) -> bool:
@@ -179,5 +203,4 @@ class StepAudit(Participant):
             return findings
         except Exception as exc:
             log.warning("profcallbacks: the sync audit failed (%s); it is disabled.", exc)
-            self.auditor = None
-            return []
+            return self._give_up(step, f"failed at step {step} ({type(exc).__name__})")

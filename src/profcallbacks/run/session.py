@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
+from profcallbacks.core import reruns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
 from profcallbacks.core.timing import IntervalSummary, StepTimes
 from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
+from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
-from profcallbacks.layout import META_DIR, findings_file, run_specific_file, steps_file
+from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.defaults import default_auditor, default_detectors
@@ -77,6 +81,7 @@ class ProfilingSession:
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
+        self._audit = next((p for p in self._participants if isinstance(p, StepAudit)), None)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
         steps, min_s = config.summary_every
@@ -94,6 +99,7 @@ class ProfilingSession:
         self._n = 0  # steps in the block so far
         self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
         self._first = start_step  # number of the block's first step
+        self._start_step = start_step
         self._block_captured = False
         self._block_after_pause = True
         self._block_len = 1  # the first block is one step: then the step rate is known
@@ -106,6 +112,7 @@ class ProfilingSession:
         self._wait_from = 0.0
         self._paused = False
         self._device_timer: DeviceStepTimer | None = None
+        self._compile: CompileWatcher | None = None  # once torch.compile is in use
         self._opened = False
         self._warned_closed = False
 
@@ -187,7 +194,7 @@ class ProfilingSession:
     @property
     def capture_open(self) -> bool:
         """A capture window is open: torch.profiler is running for the current step."""
-        return self._captures.active is not None
+        return self._captures.window_open
 
     def emit(self, finding: Finding) -> None:
         """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
@@ -195,8 +202,14 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         self._router.emit(finding)
 
+    @property
+    def is_open(self) -> bool:
+        """Between ``open()`` and ``close()``."""
+        return self._opened
+
     def open(self) -> None:
         """Create the log directory and start timing step ``start_step``."""
+        reruns.take_over(self.logdir, self)  # closes one a raised training left open here
         _prepare_logdir(self.logdir)
         try:
             # every rank first: the trigger agreement is a collective, so a rank that fails
@@ -214,7 +227,8 @@ class ProfilingSession:
 
     def _open(self) -> None:
         rank = self.rank.rank
-        self._findings_file = FindingsFile(findings_file(self.logdir, rank))
+        self.run_id = new_run_id()
+        self._findings_file = FindingsFile(findings_file(self.logdir, rank), self.run_id)
         self._router.add_handler(self._findings_file)
         if self.config.tensorboard_scalars:
             self._tensorboard = TensorBoardWriter(self.logdir)
@@ -223,12 +237,35 @@ class ProfilingSession:
         prefix = f"profcallbacks/rank{rank}" if self.rank.is_distributed else "profcallbacks"
         self._publisher = SummaryPublisher(prefix, rank=rank, sinks=self._metrics_sinks,
                                            tensorboard=self._tensorboard,
-                                           steps_file=StepsFile(steps_file(self.logdir, rank)))
+                                           steps_file=StepsFile(steps_file(self.logdir, rank),
+                                                                run_id=self.run_id))
         self._device_timer = DeviceStepTimer() if DeviceStepTimer.wanted() else None
         if self._device_timer is not None:  # CUDA events are recorded per step
             self._step_clock = self._device_step_clock
         self._opened = True
+        self._watch_compile()
         self._begin_block(self._clock(), after_pause=True)
+
+    def _watch_compile(self) -> None:
+        """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``)."""
+        watcher = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
+        try:
+            if watcher.install():
+                self._compile = watcher
+        except Exception as exc:  # never stops training: compile events are off
+            watcher.uninstall()
+            log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.",
+                        exc)
+            self._compile = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
+
+    def _step_now(self) -> int | None:
+        """The step in progress, ``None`` between steps (what a compile is attributed to)."""
+        return None if self._paused or not self._opened else self.step
+
+    @property
+    def compile_s(self) -> float:
+        """Seconds torch.compile spent compiling since ``open()``, between steps too."""
+        return self._compile.total_s if self._compile is not None else 0.0
 
     def request_capture(self, steps: int | None = None, trigger: str = MANUAL, *,
                         profile_memory: bool = False) -> None:
@@ -262,6 +299,24 @@ class ProfilingSession:
         began = self._ends[self._n]
         self._waits[self._n + 1] += (self._clock()
                                      - (began if began > self._wait_from else self._wait_from))
+
+    @property
+    def auditing(self) -> bool:
+        """The sync audit watches the current step."""
+        audit = self._audit
+        return audit is not None and audit.auditing
+
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the current step's input: while the sync audit watches the step, what
+        is computed from it counts as a device value on a CPU run (it would be on the device)."""
+        audit = self._audit
+        mark = (getattr(audit.auditor, "mark_batch", None)
+                if audit is not None and audit.auditing else None)
+        if mark is not None:
+            try:
+                mark(batch)
+            except Exception as exc:  # the audit never stops training
+                log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
 
     def batch_done(self) -> None:
         """A micro-batch of the current step is done; waiting for the next one starts now."""
@@ -352,11 +407,15 @@ class ProfilingSession:
         try:
             for participant in reversed(self._participants):
                 participant.close(failed=failed)
+            if self._audit is not None and self.step > self._start_step:
+                self._audit.finish(self.step - 1)  # a round cut short, or a check that did not run
             self._emit_taken_findings()
             summary = self._times.flush()
             if summary is not None and self._publisher is not None:
                 self._publish(summary, self._clock())
         finally:
+            if self._compile is not None:
+                self._compile.uninstall()
             if self._publisher is not None:
                 self._publisher.close()
             if self._tensorboard is not None:
@@ -364,6 +423,17 @@ class ProfilingSession:
             if self._findings_file is not None:
                 self._findings_file.close()
             self._release_lock()
+            reruns.release(self.logdir, self)
+
+    def __del__(self) -> None:
+        """Collected while open (abandoned by an exception): close, with one warning."""
+        if getattr(self, "_opened", False) and not sys.is_finalizing():
+            log.warning("profcallbacks: a profiler on %s was never closed and is collected; it "
+                        "is closed now.", self.logdir)
+            try:
+                self.close(failed=True)
+            except Exception:  # never raise from the collector
+                pass
 
     def _leave_shared_files(self, lock: RunLock) -> None:
         """Another run took the log directory over (this one was suspended): write this run's
@@ -413,17 +483,21 @@ class ProfilingSession:
         self._first = first + n
         self._n = 0
         self._block_len = _next_block_len(times, self._block_s)
-        publisher = self._publisher
-        for summary in self._times.add_block(first, times, waits, captured):
-            if publisher is not None:  # at the clock time its last step ended
-                k = summary.last_step - first + 1
-                self._publish(summary, ends[k] if 0 < k <= n else now)
-        found: list[Finding] = []
-        for participant in participants:
-            try:
-                found += participant.observe_block(first, times, waits, captured, after_pause)
-            except Exception as exc:  # a participant never stops training
-                self._disable(participant, first, exc)
+        if self._compile is None and "torch._dynamo" in sys.modules:
+            self._watch_compile()  # torch.compile was first called after open()
+        watch = self._compile
+        compiled = watch.take_times(first + n) if watch is not None else None
+        if not compiled:  # the common case: one hand-over of the whole block
+            found = self._hand_over(participants, first, times, waits, captured, after_pause,
+                                    ends, now)
+        else:  # steps that compiled are handed over alone, as excluded steps
+            found = []
+            for a, b, part_captured, compile_s in compile_segments(first, n, captured, compiled):
+                found += self._hand_over(participants, first + a, times[a:b], waits[a:b],
+                                         part_captured, after_pause and a == 0, ends[a:], now,
+                                         compile_s)
+        if watch is not None and (watch.pending or watch.poll):
+            found += watch.drain()
         if found:
             found.sort(key=_finding_step)  # stable: per step in participant order, as step by step
             for finding in found:
@@ -431,6 +505,29 @@ class ProfilingSession:
         for finding in ended:
             self._on_finding(finding)
         self._emit_taken_findings()
+
+    def _hand_over(self, participants: list[Participant], first: int, times: list[float],
+                   waits: list[float], captured: bool, after_pause: bool, ends: list[float],
+                   now: float, compile_s: float = 0.0) -> list[Finding]:
+        """Consecutive steps from ``first`` to the summaries and the participants; their findings.
+
+        ``ends[k]`` is when the ``k``-th of them ended (``ends[0]``: when the first began).
+        """
+        n = len(times)
+        publisher = self._publisher
+        for summary in self._times.add_block(first, times, waits, captured, compile_s):
+            if publisher is not None:  # at the clock time its last step ended
+                k = summary.last_step - first + 1
+                self._publish(summary, ends[k] if 0 < k <= n else now)
+        found: list[Finding] = []
+        for participant in participants:
+            if participant not in self._participants:
+                continue  # disabled by an earlier part of this block
+            try:
+                found += participant.observe_block(first, times, waits, captured, after_pause)
+            except Exception as exc:  # a participant never stops training
+                self._disable(participant, first, exc)
+        return found
 
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
         """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
@@ -463,6 +560,8 @@ class ProfilingSession:
             self._participants.remove(participant)
 
     def _on_finding(self, finding: Finding) -> None:
+        if self._compile is not None:  # a slowdown that coincides with recompiles says so
+            finding = self._compile.explain(finding)
         self.emit(finding)
         if finding.capture is not None:  # the participant asks for a capture with this finding
             self._request(finding.capture)
@@ -504,11 +603,43 @@ class ProfilingSession:
         return values
 
 
+def _weak_step_now(session: ProfilingSession) -> Callable[[], int | None]:
+    """``session._step_now`` without keeping the session alive (torch's compile callbacks are
+    global: a session abandoned open must still be collected and close itself)."""
+    ref = weakref.WeakMethod(session._step_now)
+
+    def step_now() -> int | None:
+        method = ref()
+        return method() if method is not None else None
+
+    return step_now
+
+
+PATH_MARGIN = 256
+"""Bytes the deepest file written under the log directory adds to its path (a staged raw trace:
+staging, a private directory named after the capture and the worker, kineto's temporary name)."""
+
+
+def _path_max(logdir: Path) -> int:
+    probe = logdir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return int(os.pathconf(probe, "PC_PATH_MAX"))
+    except (OSError, ValueError):
+        return 4096
+
+
 def _prepare_logdir(logdir: Path) -> Path:
     """Create ``logdir/profcallbacks``; a clear error now instead of a failure mid-training."""
     if logdir.exists() and not logdir.is_dir():
         raise NotADirectoryError(f"logdir={str(logdir)!r} is a file; pass a directory path "
                                  "(it is created if missing).")
+    longest = len(os.fsencode(os.path.abspath(logdir))) + PATH_MARGIN
+    if longest > _path_max(logdir):
+        raise ValueError(f"logdir={str(logdir)!r} is too long: the files profcallbacks writes "
+                         f"under it need paths of up to {longest} bytes, beyond the system's "
+                         f"{_path_max(logdir)}; pass a shorter log directory.")
     meta = logdir / META_DIR
     try:
         logdir.mkdir(parents=True, exist_ok=True)
@@ -525,6 +656,32 @@ def _prepare_logdir(logdir: Path) -> Path:
                               "directory this process can write to.") from exc
     warn_if_shared(logdir)
     return meta
+
+
+def compile_segments(first: int, n: int, captured: bool,
+                     compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
+    """The block's steps ``0..n-1`` as parts ``(start, end, captured, compile_s)``: each step
+    that compiled alone and excluded (``captured``), the others as they were. Compile time of
+    steps before the block (``-1``: between steps) goes with its first part.
+
+    Example:
+        >>> compile_segments(10, 5, False, {12: 1.5})
+        [(0, 2, False, 0.0), (2, 3, True, 1.5), (3, 5, False, 0.0)]
+    """
+    parts: list[tuple[int, int, bool, float]] = []
+    start, early = 0, sum(s for step, s in compiled.items() if step < first)
+    for step in sorted(s for s in compiled if first <= s < first + n):
+        k = step - first
+        if k > start:
+            parts.append((start, k, captured, 0.0))
+        parts.append((k, k + 1, True, compiled[step]))
+        start = k + 1
+    if start < n:
+        parts.append((start, n, captured, 0.0))
+    if early:
+        a, b, part_captured, seconds = parts[0]
+        parts[0] = (a, b, part_captured, seconds + early)
+    return parts
 
 
 def _next_block_len(times: list[float], limit_s: float = BLOCK_S) -> int:

@@ -140,8 +140,9 @@ class StepsFile:
     """
 
     def __init__(self, path: Path, *, flush_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, run_id: str | None = None) -> None:
         self.path = path
+        self._run = {"run": run_id} if run_id else None  # which run of the log directory
         self._out = RecoveringAppender(path, "step summaries")
         self._flush_s = STEPS_FLUSH_S if flush_s is None else flush_s
         self._clock = clock
@@ -165,7 +166,7 @@ class StepsFile:
         """Encode and write the queued lines (a failed write keeps them for a retry)."""
         rows, self._rows, self._held = self._rows, [], 0
         if rows:
-            self._out.append(b"".join([_steps_line(*row) for row in rows]), flush=False)
+            self._out.append(b"".join([_steps_line(*row, self._run) for row in rows]), flush=False)
         self._out.flush()
 
     def move_to(self, path: Path) -> None:
@@ -177,8 +178,9 @@ class StepsFile:
         self._out.close()
 
 
-def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | None) -> bytes:
-    row = {"rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
+def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | None,
+                run: dict[str, str] | None = None) -> bytes:
+    row = {**(run or {}), "rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
            "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
            "steps_excluded": summary.steps_excluded,
            "healthy_us": list(summary.healthy_us),

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
-from profcallbacks.findings import CAPTURE_VERDICT
+from profcallbacks.findings import CAPTURE_VERDICT, SYNC_AUDIT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
 from profcallbacks.watch.tail import JsonlTail
 from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
@@ -18,6 +21,8 @@ from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
 SPARK_POINTS = 240
 """Step summaries kept per rank for the sparkline (older ones are merged pairwise)."""
 MAX_FINDINGS = 200
+MAX_REPORT_BYTES = 64 << 20
+"""Most bytes of a ``--report`` JSON read (it is never a FIFO or a device either)."""
 SEARCH_EVERY_S = 5.0
 """Seconds between searches for a run below a directory that holds none itself."""
 
@@ -31,6 +36,7 @@ class RankView:
     medians_ms: list[float] = field(default_factory=list)
     steps: int = 0
     memory: dict[str, float] = field(default_factory=dict)
+    compile_s: float = 0.0  # torch.compile's compile time in the rows read so far
 
     def add(self, row: dict[str, Any]) -> None:
         median = row.get("step_time_ms_median")
@@ -40,6 +46,9 @@ class RankView:
         self.memory.update({k: float(v) for k, v in row.items()
                             if k.endswith("_mb") and isinstance(v, (int, float))})
         self.steps += int(row.get("steps", 0) or 0)
+        compile_ms = row.get("compile_ms")
+        if isinstance(compile_ms, (int, float)) and compile_ms > 0:
+            self.compile_s += float(compile_ms) / 1e3
         self.medians_ms.append(float(median))
         if len(self.medians_ms) > SPARK_POINTS:  # halve the resolution, keep the whole run
             pairs = zip(self.medians_ms[0::2], self.medians_ms[1::2], strict=False)
@@ -109,6 +118,7 @@ class LogdirState:
         self.bad_lines = 0
         self._tails: dict[Path, tuple[JsonlTail, int, str]] = {}
         self._verdicts: dict[str, dict[str, Any]] = {}
+        self.checks: dict[int, str] = {}  # per rank: what the sync audit last said it did
 
     @property
     def exists(self) -> bool:
@@ -117,13 +127,13 @@ class LogdirState:
     def poll(self) -> bool:
         """Reads what changed; ``True`` when anything new was found."""
         if not self.exists:
-            return False
+            return self._forget()  # deleted: what it showed is gone too
         changed = self._follow_run_below()
         changed |= self._read_report()
         changed |= self._scan_captures()
         meta = self.logdir / META_DIR
-        try:
-            names = sorted(p.name for p in meta.iterdir()) if meta.is_dir() else []
+        try:  # never through a link out of the log directory
+            names = sorted(p.name for p in meta.iterdir()) if _real_dir(meta) else []
         except OSError:
             names = []
         for name in names:
@@ -156,9 +166,13 @@ class LogdirState:
         exporting = any(c.name == STAGING_DIR and _has_entries(c) for c in children)
         changed |= exporting != self.exporting
         self.exporting = exporting
+        present = {c.name for c in children if _real_dir(c)}
+        for gone in [name for name in self.captures if name not in present]:
+            del self.captures[gone]  # deleted (or replaced by a link): no longer shown
+            changed = True
         for child in children:
             parsed = parse_capture_dir(child.name)
-            if parsed is None or not child.is_dir():
+            if parsed is None or child.name not in present:
                 continue
             view = self.captures.get(child.name)
             if view is None:
@@ -169,6 +183,18 @@ class LogdirState:
             changed |= files != view.files
             view.files = files
         return changed
+
+    def _forget(self) -> bool:
+        """The log directory is gone: drop everything read from it; True if anything was shown."""
+        had = bool(self.ranks or self.captures or self.findings or self._tails)
+        self.ranks.clear()
+        self.captures.clear()
+        self.findings.clear()
+        self.findings_total = 0
+        self._findings_per_rank.clear()
+        self._tails.clear()
+        self.exporting = False
+        return had
 
     def _follow_run_below(self) -> bool:
         """Given a parent of the run (``lightning_logs/``, ``output/``), follows the one run below
@@ -202,7 +228,7 @@ class LogdirState:
             mtime = self.report.stat().st_mtime
             if mtime == self._report_mtime:
                 return False
-            data = json.loads(self.report.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(self.report, max_bytes=MAX_REPORT_BYTES, follow=True))
         except (OSError, ValueError):
             return False  # not there yet, or being rewritten: try again next refresh
         self._report_mtime = mtime
@@ -227,10 +253,20 @@ class LogdirState:
         rank = row.get("rank")
         if isinstance(rank, int):
             self._findings_per_rank[rank] = self._findings_per_rank.get(rank, 0) + 1
+        if row.get("kind") == SYNC_AUDIT and isinstance(rank, int):
+            self.checks[rank] = str(row.get("message", ""))
         if row.get("kind") == CAPTURE_VERDICT:
             found = finding_verdict(row, ((c.name, c.first_step) for c in self.captures.values()))
             if found is not None:
                 self._set_verdict(*found)
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory, not a link to one (a link may lead out of the log directory)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _entries(path: Path) -> list[Path]:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 try:  # optional: orjson parses a long backlog (the first read of a long run) 2-4x faster
@@ -18,6 +19,14 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _loads = json.loads
 
 
+MAX_READ_BYTES = 16 << 20
+"""Most bytes read per poll: a huge backlog is read from its last 16 MiB."""
+MAX_LINE_BYTES = 1 << 20
+"""A line longer than this without its newline is dropped (no steps row is that long)."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
 @dataclass
 class TailBatch:
     """What one ``JsonlTail.read`` found.
@@ -26,11 +35,14 @@ class TailBatch:
         rows: The complete JSON-object lines appended since the last read.
         reset: The file was truncated or replaced since the last read: rows read before are stale.
         bad_lines: Complete lines that were not JSON objects (skipped).
+        refused: The path is a link, a FIFO, a device or unreadable: nothing was read.
     """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     reset: bool = False
     bad_lines: int = 0
+    refused: bool = False
+    """Not a regular file (a FIFO, a device, a link): not read."""
 
 
 class JsonlTail:
@@ -38,7 +50,8 @@ class JsonlTail:
 
     A line without its newline yet (a writer in the middle of a write, or a job killed mid-line) is
     held back until it is complete. A file that shrinks or is replaced (new inode: log rotation) is
-    read again from its start, and the batch says ``reset``.
+    read again from its start, and the batch says ``reset``. Only a regular file is read (opened
+    non-blocking, never through a link), at most :data:`MAX_READ_BYTES` per read.
 
     Example:
         >>> import tempfile
@@ -58,28 +71,46 @@ class JsonlTail:
         self._offset = 0
         self._inode: int | None = None
         self._pending = b""
+        self._skip_partial = False
 
     def read(self) -> TailBatch:
         batch = TailBatch()
-        try:
-            with open(self.path, "rb") as f:
-                stat = os.fstat(f.fileno())
-                if (self._inode is not None and stat.st_ino != self._inode) or stat.st_size < self._offset:
-                    batch.reset = True
-                    self._offset, self._pending = 0, b""
-                self._inode = stat.st_ino
-                f.seek(self._offset)
-                data = f.read()  # steps files hold one row per summary: small
+        try:  # never through a link, never blocking on a FIFO, never a device
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
         except FileNotFoundError:
             if self._inode is not None:  # removed (rotated away): start over when it comes back
                 batch.reset = True
                 self._inode, self._offset, self._pending = None, 0, b""
             return batch
+        except OSError:  # a link (ELOOP), no permission: not read
+            batch.refused = True
+            return batch
+        try:
+            stat = os.fstat(fd)
+            if not S_ISREG(stat.st_mode):
+                batch.refused = True
+                return batch
+            if (self._inode is not None and stat.st_ino != self._inode) or stat.st_size < self._offset:
+                batch.reset = True
+                self._offset, self._pending = 0, b""
+            self._inode = stat.st_ino
+            if stat.st_size - self._offset > MAX_READ_BYTES:  # a huge backlog: its latest part
+                self._offset, self._pending = stat.st_size - MAX_READ_BYTES, b""
+                self._skip_partial = True
+            data = os.pread(fd, MAX_READ_BYTES, self._offset)
         except OSError:
             return batch
+        finally:
+            os.close(fd)
         self._offset += len(data)
         lines = (self._pending + data).split(b"\n")
         self._pending = lines.pop()  # b"" after a complete line, else the half-written rest
+        if self._skip_partial and lines:  # read from the middle of a line: not a row
+            self._skip_partial = False
+            lines.pop(0)
+        if len(self._pending) > MAX_LINE_BYTES:  # no row is this long (zeros, a binary file)
+            self._pending = b""
+            batch.bad_lines += 1
         for line in lines:
             if not line.strip():
                 continue

@@ -52,6 +52,9 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
     header = Text(f"profcallbacks watch {state.logdir}  {stamp}  ", style="bold")
     header.append(f"ranks {len(state.ranks)}  step {last if last >= 0 else '-'}  "
                   f"captures {len(state.captures)}  findings {state.findings_total}", style="")
+    compile_s = sum(r.compile_s for r in state.ranks.values())
+    if compile_s:
+        header.append(f"  compiling {compile_s:.1f} s", style="yellow")
     if state.run_verdict and state.run_verdict.get("kind"):
         header.append(f"  verdict {_verdict(state.run_verdict)}", style="bold magenta")
     if state.exporting:
@@ -59,6 +62,8 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
     parts: list[RenderableType] = [header]
     if state.note:
         parts.append(Text(state.note, style="yellow"))
+    if state.checks:  # which checks ran and when (the first rank's word for all)
+        parts.append(Text(f"checks: {state.checks[min(state.checks)]}", style="dim"))
     parts.append(_ranks_table(state, max_rank_rows))
     parts.append(_captures_table(state, max_captures))
     parts.append(_findings_table(state, max_findings))

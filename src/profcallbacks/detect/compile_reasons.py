@@ -1,0 +1,193 @@
+"""Dynamo's words, read: guard failures, graph-break messages, recompile-limit warnings, stacks.
+
+Pure functions over the strings torch writes (``CompilationMetrics.recompile_reason``, the
+``graph_breaks`` log lines, the ``hit config.recompile_limit`` warning), so they are tested on
+dynamo's real messages without a compile.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+RESUME_PREFIX = "torch_dynamo_resume_in_"
+"""Dynamo names the code after a graph break ``torch_dynamo_resume_in_<function>_at_<line>``."""
+
+_GUARD = re.compile(r"tensor '(?P<name>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<index>\d+))?"
+                    r"\. expected (?P<old>.+?), actual (?P<new>.+?)\s*$")
+_COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
+_SOURCE_COMMENT = re.compile(r"\s{2,}#.*$")  # dynamo appends the guarded source line
+_SOURCE = re.compile(r"^L\['(?P<name>[^']+)'\]$")
+_LIMIT = re.compile(r"hit config\.(?P<limit>\w+) \((?P<value>\d+)\)")
+_FUNCTION = re.compile(r"function: '(?P<name>[^']+)' \((?P<file>.+):(?P<line>\d+)\)")
+_LAST_REASON = re.compile(r"(?:last reason|reasons?): (?P<reason>.+)")
+_BREAK_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)")
+_STACK_LINE = re.compile(r"Line: (?P<line>\d+), Name: (?P<name>.+?), Filename: (?P<file>.+)$")
+
+
+class GuardChange(NamedTuple):
+    """A failed guard in plain words: ``x.size(1)`` changed from ``128`` to ``131``."""
+
+    what: str
+    old: str
+    new: str
+
+
+class LimitHit(NamedTuple):
+    """Dynamo's warning that a function reached a recompile limit and now runs eagerly."""
+
+    limit: str  # "recompile_limit", "cache_size_limit", "accumulated_recompile_limit", ...
+    value: int | None
+    function: str | None
+    file: str | None
+    line: int | None
+    last_reason: str | None
+
+
+class GraphBreak(NamedTuple):
+    """One graph break: where (the user's ``file:line``) and why (dynamo's first words)."""
+
+    file: str | None
+    line: int | None
+    reason: str
+    hint: str | None
+
+
+def first_reason(recompile_reason: str) -> str:
+    """The first failed guard of ``recompile_reason``, without its leading compile id.
+
+    Example:
+        >>> first_reason("0/0: tensor 'x' size mismatch at index 1. expected 4, actual 5")
+        "tensor 'x' size mismatch at index 1. expected 4, actual 5"
+        >>> first_reason("1/0: ___stack2 == 6.1      # print(y.item())  # m.py:31 in f")
+        '___stack2 == 6.1'
+    """
+    line = next((ln for ln in recompile_reason.splitlines() if ln.strip()), "")
+    return _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", line.strip().lstrip("- "))).strip()
+
+
+def guard_change(reason: str) -> GuardChange | None:
+    """Reads a tensor guard failure: which property of which input, old and new value.
+
+    Example:
+        >>> guard_change("tensor 'x' size mismatch at index 1. expected 128, actual 131")
+        GuardChange(what='x.size(1)', old='128', new='131')
+        >>> guard_change("tensor 'L['x']' dtype mismatch. expected Float, actual Half").what
+        'x.dtype'
+        >>> guard_change("L['self'].training == True") is None
+        True
+    """
+    match = _GUARD.search(first_reason(reason))
+    if match is None:
+        return None
+    name = match["name"]
+    source = _SOURCE.match(name)
+    if source is not None:
+        name = source["name"]
+    what, index = match["what"].strip(), match["index"]
+    if what == "size" and index is not None:
+        label = f"{name}.size({index})"
+    elif what == "stride" and index is not None:
+        label = f"{name}.stride({index})"
+    else:
+        label = f"{name}.{what.replace(' ', '_')}"
+    return GuardChange(label, match["old"].strip(), match["new"].strip())
+
+
+def describe_guard(reason: str) -> str:
+    """``x.size(1) changed 128 -> 131`` where the guard is a tensor's, else dynamo's words.
+
+    Example:
+        >>> describe_guard("0/0: tensor 'x' size mismatch at index 1. expected 128, actual 131")
+        'x.size(1) changed 128 -> 131'
+    """
+    change = guard_change(reason)
+    if change is None:
+        return first_reason(reason) or "a guard failed"
+    return f"{change.what} changed {change.old} -> {change.new}"
+
+
+def limit_hit(message: str) -> LimitHit | None:
+    """Reads dynamo's ``torch._dynamo hit config.<limit> (<n>)`` warning.
+
+    Example:
+        >>> hit = limit_hit("torch._dynamo hit config.recompile_limit (8)\\n   function: "
+        ...                 "'forward' (/src/model.py:21)\\n   last reason: 0/7: tensor 'x' size "
+        ...                 "mismatch at index 1. expected 11, actual 12\\nTo log all ...")
+        >>> hit.limit, hit.value, hit.function, hit.line
+        ('recompile_limit', 8, 'forward', 21)
+    """
+    match = _LIMIT.search(message)
+    if match is None:
+        return None
+    function = _FUNCTION.search(message)
+    last = _LAST_REASON.search(message)
+    return LimitHit(
+        limit=match["limit"], value=int(match["value"]),
+        function=function["name"] if function else None,
+        file=function["file"] if function else None,
+        line=int(function["line"]) if function else None,
+        last_reason=first_reason(last["reason"]) if last else None)
+
+
+def graph_break(message: str) -> GraphBreak | None:
+    """Reads a ``graph_breaks`` log line (``Graph break in user code at f.py:23 ...``).
+
+    Example:
+        >>> gb = graph_break("Graph break in user code at /src/m.py:23\\nGraph Break Reason: "
+        ...                  "Encountered graph break when attempting to trace CALL: a function "
+        ...                  "call, e.g. f(x, y):\\n\\nUnsupported Tensor.item() call with "
+        ...                  "capture_scalar_outputs=False\\n  Explanation: ...\\n  Hint: Set "
+        ...                  "`torch._dynamo.config.capture_scalar_outputs = True`\\n")
+        >>> gb.file, gb.line, gb.reason
+        ('/src/m.py', 23, 'Unsupported Tensor.item() call with capture_scalar_outputs=False')
+    """
+    where = _BREAK_AT.search(message)
+    if where is None or "Graph break" not in message:
+        return None
+    _, _, after = message.partition("Graph Break Reason:")
+    lines = [ln.strip() for ln in after.splitlines() if ln.strip()]
+    reason = next((ln for ln in lines if not ln.startswith(("Encountered graph break", "Hint:",
+                                                            "Explanation:", "User code"))),
+                  lines[0] if lines else "unsupported code")
+    hint = next((ln[len("Hint:"):].strip() for ln in lines if ln.startswith("Hint:")), None)
+    return GraphBreak(where["file"], int(where["line"]), reason, hint)
+
+
+def resumed_function(co_name: str) -> tuple[str, int | None]:
+    """The user's function name of dynamo's resume code, and the line of the break before it.
+
+    Example:
+        >>> resumed_function("torch_dynamo_resume_in_forward_at_23")
+        ('forward', 23)
+        >>> resumed_function("forward")
+        ('forward', None)
+    """
+    if not co_name.startswith(RESUME_PREFIX):
+        return co_name, None
+    name, _, line = co_name[len(RESUME_PREFIX):].rpartition("_at_")
+    return (name, int(line)) if name and line.isdigit() else (co_name, None)
+
+
+def call_site(stack: list[str] | None, library_dirs: tuple[str, ...]) -> tuple[str, int] | None:
+    """The innermost frame outside ``library_dirs`` that calls the compiled function.
+
+    ``stack`` is ``CompilationMetrics.stack_trace``: outermost first, the compiled function last.
+
+    Example:
+        >>> call_site(["Line: 30, Name: <module>, Filename: /src/train.py",
+        ...            "Line: 511, Name: __call__, Filename: /py/torch/_dynamo/eval_frame.py",
+        ...            "Line: 21, Name: forward, Filename: /src/model.py"], ("/py/torch",))
+        ('/src/train.py', 30)
+    """
+    if not stack:
+        return None
+    frames = []
+    for entry in stack[:-1]:  # the last frame is the compiled function itself
+        match = _STACK_LINE.search(entry)
+        if match is not None:
+            frames.append((match["file"].strip(), int(match["line"])))
+    for file, line in reversed(frames):
+        if not file.startswith(library_dirs):
+            return file, line
+    return None

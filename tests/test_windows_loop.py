@@ -47,6 +47,7 @@ def test_a_captures_events_are_freed_at_a_pause_not_by_the_collector_mid_trainin
     model, opt = tiny_model()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=1, warmup=1, active=2),
                         tensorboard_scalars=False)
+    earlier = {id(o) for o in gc.get_objects() if isinstance(o, torch.profiler.profile)}
     gc.disable()
     try:
         with prof:
@@ -54,7 +55,8 @@ def test_a_captures_events_are_freed_at_a_pause_not_by_the_collector_mid_trainin
                 train_step(model, opt)
                 prof.step()
             (retired,) = [o for o in gc.get_objects()  # the exported window's torch profiler
-                          if isinstance(o, torch.profiler.profile) and o.profiler is not None]
+                          if isinstance(o, torch.profiler.profile) and id(o) not in earlier
+                          and o.profiler is not None]
             events = weakref.ref(retired.profiler)
             del retired
             for _ in range(3):

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from profcallbacks.core.ranks import RankInfo
     from profcallbacks.findings import Finding
     from profcallbacks.loop import StepProfiler
+    from profcallbacks.options.budget import ByteBudget
     from profcallbacks.options.memory import MemoryConfig
     from profcallbacks.options.profiler import ProfilerConfig
     from profcallbacks.options.schedule import Phase, Schedule
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from profcallbacks.run.session import ProfilingSession
 
 _WHERE = {
+    "ByteBudget": "profcallbacks.options.budget",
     "Finding": "profcallbacks.findings",
     "MemoryConfig": "profcallbacks.options.memory",
     "Phase": "profcallbacks.options.schedule",
@@ -42,6 +44,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "ByteBudget",
     "Finding",
     "MemoryConfig",
     "Phase",

@@ -24,6 +24,7 @@ from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 from profcallbacks.integrations.report_to import report_to_sinks
 from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -73,6 +74,7 @@ class ProfilerCallback(TrainerCallback):
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None,
                  metrics_sink: MetricsSink | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())

@@ -6,11 +6,13 @@ report``) share this one module, so the two cannot drift apart::
     <logdir>/
       step000120-schedule/                      capture_dir_name(120, "schedule")
         rank0_myhost.120.pt.trace.json.gz       trace_file_name("rank0_myhost", 120)
+        all-ranks.120.trace.json.gz             merged_file_name(120): every rank, aligned
       step000300-manual-partial/                capture_dir_name(300, "manual", partial=True)
       profcallbacks/                            META_DIR
         rank0.steps.jsonl                       steps_file(logdir, 0)
         rank0.findings.jsonl                    findings_file(logdir, 0)
         rank0.memory.step000120.pickle          memory_snapshot_file(logdir, 0, 120) (CUDA)
+        retention.jsonl                         retention_log_file(logdir): captures removed
       .profcallbacks-staging/                   STAGING_DIR: exports in progress
       CAPTURE                                   CAPTURE_FILE: drop it to ask for a capture
 
@@ -44,6 +46,8 @@ CAPTURE_DIR = re.compile(r"^step(\d+)-([A-Za-z]+)(-partial)?(?:-(\d+))?$")
 """``step000120-schedule``; ``-2``, ``-3`` ... follow when an earlier run took the name."""
 TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
 """The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
+MERGED_FILE = re.compile(r"^all-ranks\.(\d+)\.trace\.json\.gz$")
+"""The merged trace of all ranks: no ``.pt.trace.json``, so the plugin never takes it for a worker."""
 RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
 
 
@@ -73,6 +77,16 @@ def parse_capture_dir(name: str) -> tuple[int, str, bool] | None:
 def trace_file_name(worker: str, first_step: int) -> str:
     """``<worker>.<first step>.pt.trace.json.gz``: the plugin's worker and span, equal on all ranks."""
     return f"{worker}.{first_step}.pt.trace.json.gz"
+
+
+def merged_file_name(first_step: int) -> str:
+    """``all-ranks.<first step>.trace.json.gz``: one capture's ranks in one trace."""
+    return f"all-ranks.{first_step}.trace.json.gz"
+
+
+def retention_log_file(logdir: Path) -> Path:
+    """One JSON line per capture removed to keep the log directory within its byte budget."""
+    return logdir / META_DIR / "retention.jsonl"
 
 
 def steps_file(logdir: Path, rank: int) -> Path:

@@ -26,6 +26,7 @@ from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_qu
 from profcallbacks.integrations.lightning_loggers import LoggerFindings
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options.bounds import check_capture_steps
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -74,6 +75,7 @@ class ProfilerCallback(Callback):
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None,
                  metrics_sink: MetricsSink | None = None) -> None:
         self.config = ProfilerConfig.from_arguments(locals())

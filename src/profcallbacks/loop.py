@@ -16,6 +16,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
 from profcallbacks.options.schedule import Schedule
@@ -54,6 +55,8 @@ class StepProfiler:
             short capture of the lines that keep the memory (``None``: off).
         baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
             when no capture was taken yet, so a later slowdown capture can be explained.
+        budget: Bytes each capture and the log directory may take, and the merged trace
+            of all ranks (``None``: unbounded); see docs/traces.md.
         on_finding: Called with each :class:`Finding` as it is made.
         metrics_sink: Called with each summary's scalars and its last step,
             ``sink({"profcallbacks/step_time_ms": 4.2, ...}, 199)`` (a ``MetricsSink``). A
@@ -80,6 +83,7 @@ class StepProfiler:
                  sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
                  capture_validation: bool = False,
                  memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
+                 budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None,
                  metrics_sink: MetricsSink | None = None) -> None:
         config = ProfilerConfig.from_arguments(locals())

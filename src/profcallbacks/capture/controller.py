@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.agreement import TriggerAgreement
+from profcallbacks.capture.budget import CaptureBudget
 from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
 from profcallbacks.capture.planner import CapturePlanner, Window
@@ -21,6 +22,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.core.triggers import FILE, CaptureRequest
 from profcallbacks.findings import Finding
+from profcallbacks.layout import trace_file_name
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.options.schedule import Phase
 from profcallbacks.options.trace import TraceOptions
@@ -64,6 +66,8 @@ class CaptureController:
         self._broken = False
         self._agreed_step = -1
         self._retired: Any | None = None  # the last exported profiler, freed between steps
+        budget = config.budget.capture_bytes if config.budget is not None else None
+        self._budget = CaptureBudget(budget, logdir) if budget is not None else None
         self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
         """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
         self._guard = TerminationGuard(lambda: self.on_terminate())
@@ -101,6 +105,11 @@ class CaptureController:
         return self._capture
 
     @property
+    def window_open(self) -> bool:
+        """torch.profiler runs for the current step: a capture, or the byte budget's size probe."""
+        return self._capture is not None or (self._budget is not None and self._budget.probing)
+
+    @property
     def affects_steps(self) -> bool:
         """Step times are not the job's own: a window is open, or an export runs on a thread of
         this process (the fallback when no helper process can start; it takes the GIL).
@@ -110,8 +119,9 @@ class CaptureController:
         and a slow export on a busy machine must not blind the detectors for its whole duration.
         """
         exporter = self._exporter
-        return self._capture is not None or (exporter is not None and exporter.busy
-                                             and exporter.in_process)
+        return (self._capture is not None or (exporter is not None and exporter.busy
+                                              and exporter.in_process)
+                or (self._budget is not None and self._budget.probing))
 
     def boundary_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
@@ -139,7 +149,7 @@ class CaptureController:
             self._file_trigger = CaptureFileTrigger(self._logdir, poll_s=config.capture_file_poll_s)
         tracing = sum(config.traces_rank(r) for r in range(rank.world_size))
         self._exporter = TraceExporter(self._logdir, tracing_ranks=max(tracing, 1),
-                                       analysis=self._analysis)
+                                       analysis=self._analysis, budget=config.budget)
         if self._traces:  # the helper starts now, not inside the run's first window
             self._exporter.prepare()
         self._agreement = _agreement_for(rank, max(config.summary_every[0], MIN_AGREE_EVERY))
@@ -199,7 +209,16 @@ class CaptureController:
         try:
             if capture is None:
                 self.release_retired()  # inside a profiled step anyway
-                capture = self._capture = TraceCapture(_options(self._config, window), window)
+                options = _options(self._config, window)
+                if self._budget is not None:
+                    self._budget.published(self.captures)
+                    planned = self._budget.before_window(window, options,
+                                                         warmup=phase is Phase.WARMUP)
+                    if planned is None:
+                        return  # a size probe records this step
+                    window, options = planned
+                    self._planner.shorten(window)
+                capture = self._capture = TraceCapture(options, window)
                 self._guard.arm()
                 self._tid = threading.get_native_id()  # the thread that steps: its ops' tid
                 if self._exporter is not None and self._exporter.busy:
@@ -271,13 +290,19 @@ class CaptureController:
                            trigger=window.trigger, first_step=window.first_active,
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
                            tid=self._tid, rank=self._rank, backend=_backend(),
-                           export_overlap=capture.overlaps_export)
-        self._exporter.submit(profiler, info)
+                           export_overlap=capture.overlaps_export,
+                           budget=self._budget.metadata(window) if self._budget else None)
+        raw_bytes = self._exporter.submit(profiler, info)
+        if self._budget is not None:
+            self._budget.recorded(info.name, trace_file_name(self._rank.worker, info.first_step),
+                                  capture.options, steps=len(capture.spans), raw_bytes=raw_bytes)
         self.release_retired()
         self._retired = profiler
 
     def close(self, *, failed: bool) -> None:
         """Export a window still open as partial, then wait for the exports to finish."""
+        if self._budget is not None:
+            self._budget.close()
         try:
             self.finish(partial=True)
         except Exception as exc:  # e.g. the export thread cannot start: the run still ends

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from profcallbacks.capture.postprocess import CaptureInfo
+from profcallbacks.capture.published import AfterPublish
 from profcallbacks.capture.trace_writer import (
     CaptureWriter,
     load_hook,
@@ -35,6 +36,7 @@ from profcallbacks.capture.trace_writer import (
 )
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
+from profcallbacks.options.budget import ByteBudget
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +69,10 @@ class TraceExporter:
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 analysis: str | None = None):
+                 analysis: str | None = None, budget: ByteBudget | None = None):
         self._logdir = logdir
-        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis)
+        self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis,
+                                 budget)
         self._publish_timeout_s = publish_timeout_s
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
@@ -110,8 +113,9 @@ class TraceExporter:
             self._channel = _start_channel(self._on_message)
             self._channel.send(self._config)
 
-    def submit(self, profiler: Any, info: CaptureInfo) -> None:
-        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once."""
+    def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
+        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
+        with the raw trace's size in bytes (``None``: it could not be saved)."""
         raw: Path | None = None
         try:
             raw = new_raw_trace_path(self._logdir, info)  # in a private directory: kineto
@@ -125,12 +129,13 @@ class TraceExporter:
                         info.name, describe_error(exc, self._logdir))
             if raw is not None:
                 remove_raw(raw)
-            return
+            return None
         self.prepare()
         assert self._channel is not None
         with self._lock:
             self._jobs[info.name] = (info, size, raw)
         self._channel.send(("export", str(raw), info))
+        return size
 
     def take_findings(self) -> list[Finding]:
         """Findings about published captures since the last call (for the training thread)."""
@@ -348,8 +353,10 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
         kind = message[0]
         if kind == "config":
             analysis = message[4]
+            budget: ByteBudget | None = message[5]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
-                                   publish_timeout_s=message[3])
+                                   publish_timeout_s=message[3], after_publish=AfterPublish(
+                                       Path(message[1]), budget) if budget is not None else None)
         elif kind == "export" and writer is not None:
             if writer.on_published is None:
                 writer.on_published = load_hook(analysis)

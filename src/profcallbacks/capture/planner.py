@@ -66,6 +66,7 @@ class CapturePlanner:
         self._limit_logged = False
         self.window: Window | None = None
         self.captures_started = 0
+        self._skip_through = -1  # the scheduled steps a shortened window left out
         self._next_due = self._due_from(0)
 
     def request(self, active: int, trigger: str, *, profile_memory: bool = False) -> None:
@@ -73,6 +74,13 @@ class CapturePlanner:
         active = min(active, MAX_CAPTURE_STEPS)
         if self._pending is None or active > (self._pending.steps or 0):
             self._pending = CaptureRequest(trigger, active, profile_memory)
+
+    def shorten(self, window: Window) -> None:
+        """Record ``window`` (the current one with fewer active steps, e.g. to fit a byte
+        budget) instead; the scheduled steps it leaves out are not captured later."""
+        if self.window is not None and window != self.window:
+            self._skip_through = max(self._skip_through, self.window.last_step)
+            self.window = window
 
     @property
     def has_pending(self) -> bool:
@@ -105,6 +113,7 @@ class CapturePlanner:
         """First step at or after ``step`` where a scheduled window may begin (inf: never)."""
         if self._schedule is None or self.captures_started >= self._max_captures:
             return float("inf")
+        step = max(step, self._skip_through + 1)
         if self._schedule.phase(step) is not Phase.IDLE:
             return step
         start = self._schedule.next_window_start(step)
@@ -132,7 +141,8 @@ class CapturePlanner:
                       request.profile_memory)
 
     def _scheduled_window(self, step: int) -> Window | None:
-        if self._schedule is None or self._schedule.phase(step) is Phase.IDLE:
+        if (self._schedule is None or self._schedule.phase(step) is Phase.IDLE
+                or step <= self._skip_through):
             return None
         s = self._schedule
         cycle_start = step - (step - s.skip_first) % s.cycle_length + s.wait

@@ -42,6 +42,8 @@ def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
         "world_size": info.rank.world_size,
         "host": info.rank.host,
     }
+    if info.budget is not None:
+        trace["profcallbacks"]["budget"] = info.budget
     return trace
 
 

@@ -30,6 +30,7 @@ class TraceCapture:
 
     def __init__(self, options: TraceOptions, window: Window) -> None:
         self.window = window
+        self.options = options
         self._profiler: Any = profile(**options.profiler_kwargs())
         self._state = "created"
         self.spans: list[StepSpan] = []

@@ -38,7 +38,13 @@ from profcallbacks.core.safefs import (
     remove_own_tree,
 )
 from profcallbacks.findings import Finding
-from profcallbacks.layout import CAPTURE_DIR, STAGING_DIR, numbered_capture_dir, trace_file_name
+from profcallbacks.layout import (
+    CAPTURE_DIR,
+    STAGING_DIR,
+    numbered_capture_dir,
+    parse_capture_dir,
+    trace_file_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +141,14 @@ class CaptureWriter:
             a capture directory with what is there.
         on_published: Called with each published trace file (e.g. live verdicts); its findings
             travel back to the training thread.
+        after_publish: Called in the process that published a capture, with its directory,
+            trigger and the file names it put there (``published.AfterPublish``: the merged
+            trace of all ranks and the log directory's byte budget).
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 on_published: CaptureHook | None = None) -> None:
+                 on_published: CaptureHook | None = None,
+                 after_publish: Callable[[Path, str, list[str]], None] | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
@@ -150,6 +160,7 @@ class CaptureWriter:
         self.exported: list[Path] = []
         self.findings: list[Finding] = []
         self.failures = 0
+        self._after_publish = after_publish
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -220,6 +231,10 @@ class CaptureWriter:
         if final is None:
             return  # another rank is publishing (or just has)
         self._published(name, final)
+        if self._after_publish is not None:
+            parsed = parse_capture_dir(final.name)
+            self._after_publish(final, parsed[1] if parsed else "",
+                                [p[: -len(_READY)] for p in ready])
         if force and len(ready) < self._tracing_ranks:
             log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
                         name, len(ready), self._tracing_ranks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from profcallbacks.core.ranks import RankInfo
 
@@ -30,3 +31,4 @@ class CaptureInfo:
     rank: RankInfo
     backend: str | None = None
     export_overlap: bool = False  # recorded while an earlier capture was being exported
+    budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed

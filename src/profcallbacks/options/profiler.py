@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from profcallbacks.options.bounds import MAX_CAPTURE_STEPS, SUMMARY_MIN_S
+from profcallbacks.options.budget import ByteBudget
 from profcallbacks.options.checks import check_bool, check_int, check_number, check_type, fail
 from profcallbacks.options.memory import MemoryConfig
 from profcallbacks.options.schedule import Schedule
@@ -53,6 +54,8 @@ class ProfilerConfig:
             healthy steps (``stepNNNNNN-baseline``) right after the slowdown detector's warm-up
             when no capture was taken yet, so a later slowdown capture gets a
             ``slowdown_diagnosis`` against it. Counts towards ``max_captures``.
+        budget: Bytes a capture and the log directory may take on disk, and the merged trace
+            of all ranks (``None``: no bound, no merge). See docs/traces.md.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -75,6 +78,7 @@ class ProfilerConfig:
     capture_validation: bool = False
     memory: MemoryConfig | None = field(default_factory=MemoryConfig)
     baseline_capture: bool = True
+    budget: ByteBudget | None = field(default_factory=ByteBudget)
 
     @property
     def summary_every(self) -> tuple[int, float]:
@@ -99,6 +103,8 @@ class ProfilerConfig:
                    "a profcallbacks.SlowdownConfig or None (off)", "SlowdownConfig()")
         check_type(owner, "memory", self.memory, (MemoryConfig, type(None)),
                    "a profcallbacks.MemoryConfig or None (off)", "MemoryConfig()")
+        check_type(owner, "budget", self.budget, (ByteBudget, type(None)),
+                   "a profcallbacks.ByteBudget or None (no bound)", "ByteBudget(capture_bytes=50_000_000)")
         check_int(owner, "max_captures", self.max_captures, minimum=1, maximum=MAX_CAPTURES,
                   example=10)
         check_int(owner, "capture_steps", self.capture_steps, minimum=1, maximum=MAX_CAPTURE_STEPS,

@@ -15,6 +15,7 @@ from profcallbacks.report.analysis import (
     rank_verdicts,
     run_verdict,
 )
+from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.compile import compile_diagnoses, compile_report
 from profcallbacks.report.coverage import slower_than_captured
 from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
@@ -115,7 +116,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                              gpu_breakdown=analysis.get("gpu_breakdown"),
                              host_steps=analysis.get("host", {}).get("per_step", []),
                              export_overlap=summary.export_overlap,
-                             trace_format=summary.format.public())
+                             trace_format=summary.format.public(), budget=summary.budget)
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
@@ -128,7 +129,10 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files, "analyses": analyses,
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
-                         "export_overlap": any(f.get("export_overlap") for f in files)})
+                         "export_overlap": any(f.get("export_overlap") for f in files),
+                         "budget": capture_budget(files),
+                         "merged": merged_trace(capture.merged, run.root) if capture.merged
+                         else None})
     names = {n for t in traces for n in t.cpu_ops}
     context = run_context([t.format for t in traces], findings, names,
                           max([1] + [t.world_size for t in traces]))
@@ -183,6 +187,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "findings": findings,
         "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
+        "removed_captures": removed_captures(run.root, problems),
         "compile": compiled,
         "problems": problems,
         "readable": bool(intervals or findings or traces),

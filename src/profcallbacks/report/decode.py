@@ -15,6 +15,7 @@ and so does ``args`` that is not an object.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,14 @@ try:
         deviceProperties: Any = None
 
     _decoder: Any = msgspec.json.Decoder(Trace)
+    _batch_decoder: Any = msgspec.json.Decoder(
+        list[Event | list[Any] | str | int | float | bool | None])
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
     DECODER = "msgspec"
     _RAW: Any = msgspec.Raw
 except ImportError:  # pragma: no cover - exercised where msgspec is absent
     _decoder = None
+    _batch_decoder = None
     _DECODE_ERRORS = ()
     DECODER = "dicts"
     _RAW = None
@@ -154,3 +158,19 @@ def load_trace(path: Path) -> Trace:
         except _DECODE_ERRORS:  # not a trace, or something msgspec refuses: the dict path says why
             pass
     return slim(parse_json(path, data), path)
+
+
+def decode_events(part: bytes) -> list[Any] | None:
+    """The events of ``part``, a run of whole events cut from a ``traceEvents`` array (without
+    its brackets); ``None`` when the cut fell inside an event."""
+    data = b"[" + part + b"]"
+    if _batch_decoder is not None:
+        try:
+            events: list[Any] = _batch_decoder.decode(data)
+            return events
+        except _DECODE_ERRORS:
+            pass
+    try:
+        return [_event(e) for e in json.loads(data)]
+    except (ValueError, RecursionError):
+        return None

@@ -8,7 +8,14 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profcallbacks.layout import CAPTURE_DIR, META_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
+from profcallbacks.layout import (
+    CAPTURE_DIR,
+    MERGED_FILE,
+    META_DIR,
+    TRACE_FILE,
+    parse_capture_dir,
+    parse_rank_file,
+)
 
 _MAX_DEPTH = 4
 
@@ -26,6 +33,8 @@ class Capture:
     trigger: str | None
     partial: bool
     files: list[Path] = field(default_factory=list)
+    merged: Path | None = None
+    """The merged trace of all ranks (``all-ranks.<step>.trace.json.gz``): not one of ``files``."""
 
 
 @dataclass
@@ -57,7 +66,8 @@ def scan_run(root: Path) -> RunFiles:
             files = sorted(child / f for f in _listdir(child, run)
                            if TRACE_FILE.match(f) and (child / f).is_file()
                            and _inside(child / f, root, run))
-            run.captures.append(Capture(child, *parsed, files))
+            merged = next((child / f for f in _listdir(child, run) if MERGED_FILE.match(f)), None)
+            run.captures.append(Capture(child, *parsed, files, merged))
     meta = root / META_DIR
     if meta.is_dir() and _inside(meta, root, run):
         for name in _listdir(meta, run):
@@ -127,7 +137,7 @@ def is_chrome_trace(path: Path) -> bool:
 
     Only its first 64 KiB are read; the full parse happens (with named errors) in the report.
     """
-    if not path.name.endswith(_FOREIGN_NAME) or not path.is_file():
+    if not path.name.endswith(_FOREIGN_NAME) or MERGED_FILE.match(path.name) or not path.is_file():
         return False
     try:
         with open(path, "rb") as raw:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.report.budgets import budget_lines
 from profcallbacks.report.compile import compile_text
 from profcallbacks.report.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.fmt import ms as _ms
@@ -52,6 +53,7 @@ def render_text(report: dict[str, Any]) -> str:
         out += _steps_section(report["steps"])
     out += _breakdown_section(report["breakdown"], bool(report.get("foreign")))
     out += _captures_section(report["captures"], earlier)
+    out += budget_lines(report)
     out += _operators_section(report["top_operators"], read)
     out += memory_text(report.get("memory"))
     out += compile_text(report.get("compile"))

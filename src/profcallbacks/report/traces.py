@@ -32,6 +32,7 @@ from profcallbacks.report.generations import LOADER_PREFIXES, TraceFormat, norma
 from profcallbacks.report.intervals import covered, merge, subtract
 from profcallbacks.report.reading import ReadError
 from profcallbacks.report.reading import as_int as _int
+from profcallbacks.report.stream import STREAM_MIN_BYTES, stream_trace
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP_PREFIX = "ProfilerStep#"
@@ -52,6 +53,7 @@ class TraceSummary:
     trigger: str | None
     partial: bool
     export_overlap: bool = False  # recorded while an earlier capture was still being exported
+    budget: dict[str, Any] | None = None  # what the capture byte budget predicted and trimmed
     steps: list[dict[str, Any]] = field(default_factory=list)
     cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
     gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
@@ -68,7 +70,7 @@ def summarise_file(path: Path) -> TraceSummary:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = load_trace(path)
+        trace = stream_trace(path) if _disk_bytes(path) >= STREAM_MIN_BYTES else load_trace(path)
         try:
             summary = summarise(trace, path)
         except (ReadError, MemoryError):
@@ -101,7 +103,9 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
                            worker=worker, trigger=trigger if isinstance(trigger, str) else None,
                            partial=bool(meta.get("partial")),
-                           export_overlap=meta.get("export_overlap") is True, format=found)
+                           export_overlap=meta.get("export_overlap") is True, format=found,
+                           budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
+                           else None)
 
     threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     gpu: list[Interval] = []
@@ -232,3 +236,10 @@ def _key(value: Any) -> Any:
     if value is MISSING:  # as for null
         value = None
     return value if isinstance(value, (int, str)) else str(value)
+
+
+def _disk_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the reader names the error

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
 from pathlib import Path
@@ -193,7 +194,7 @@ class ProfilingSession:
     @property
     def capture_open(self) -> bool:
         """A capture window is open: torch.profiler is running for the current step."""
-        return self._captures.active is not None
+        return self._captures.window_open
 
     def add_finding_handler(self, handler: FindingHandler) -> None:
         """Hand every finding from now on to ``handler`` too (a tracker's sink)."""
@@ -251,7 +252,7 @@ class ProfilingSession:
 
     def _watch_compile(self) -> None:
         """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``)."""
-        watcher = CompileWatcher(rank=self.rank.rank, step_now=self._step_now)
+        watcher = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
         try:
             if watcher.install():
                 self._compile = watcher
@@ -259,7 +260,7 @@ class ProfilingSession:
             watcher.uninstall()
             log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.",
                         exc)
-            self._compile = CompileWatcher(rank=self.rank.rank, step_now=self._step_now)
+            self._compile = CompileWatcher(rank=self.rank.rank, step_now=_weak_step_now(self))
 
     def _step_now(self) -> int | None:
         """The step in progress, ``None`` between steps (what a compile is attributed to)."""
@@ -604,6 +605,18 @@ class ProfilingSession:
                 self._device_timer = None
                 self._step_clock = self._clock
         return values
+
+
+def _weak_step_now(session: ProfilingSession) -> Callable[[], int | None]:
+    """``session._step_now`` without keeping the session alive (torch's compile callbacks are
+    global: a session abandoned open must still be collected and close itself)."""
+    ref = weakref.WeakMethod(session._step_now)
+
+    def step_now() -> int | None:
+        method = ref()
+        return method() if method is not None else None
+
+    return step_now
 
 
 PATH_MARGIN = 256

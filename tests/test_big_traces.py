@@ -1,0 +1,146 @@
+"""Large traces are read in pieces within bounded memory, and one beyond the limit is named."""
+
+from __future__ import annotations
+
+import gzip
+import random
+import shutil
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from profcallbacks.report import build_report, locate_run
+from profcallbacks.report import stream as stream_module
+from profcallbacks.report import traces as traces_module
+from profcallbacks.report.decode import load_trace
+from profcallbacks.report.reading import ReadError
+from profcallbacks.report.stream import stream_trace
+from profcallbacks.report.traces import summarise
+
+DATA = Path(__file__).parent / "data"
+
+
+def write_trace(path: Path, steps: int, ops_per_step: int, *, frames_per_op: int = 6,
+                spaced: bool = False) -> int:
+    """A with_stack-like CPU trace: per op one ``cpu_op`` and ``frames_per_op`` Python frames,
+    numbers random enough to compress like a real trace (~10x). Returns its gunzipped bytes."""
+    rng = random.Random(0)
+    sep = ",\n  " if spaced else ","
+    written = 0
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        def put(text: str) -> None:
+            nonlocal written
+            data = text.encode()
+            written += len(data)
+            f.write(data)
+
+        put('{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [')
+        ts = 1000.0
+        first = True
+        for step in range(steps):
+            parts = []
+            start = ts
+            for op in range(ops_per_step):
+                dur = round(rng.uniform(5, 50), 3)
+                parts.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::op{op % 37}", "pid": 7, '
+                             f'"tid": 7, "ts": {ts:.3f}, "dur": {dur}, "args": {{"External id": '
+                             f'{rng.randrange(10**6)}, "Input Dims": [[{rng.randrange(512)}, 64], '
+                             f'[64, {rng.randrange(512)}]], "Input type": ["float", "float"]}}}}')
+                for k in range(frames_per_op):
+                    parts.append(f'{{"ph": "X", "cat": "python_function", "name": "torch/nn/'
+                                 f'modules/m{k}.py({rng.randrange(900)}): forward", "pid": 7, '
+                                 f'"tid": 7, "ts": {ts + k * 0.1:.3f}, "dur": {dur / 2:.3f}, '
+                                 f'"args": {{"Python id": {rng.randrange(10**6)}, "Python parent '
+                                 f'id": {rng.randrange(10**6)}}}}}')
+                ts += dur + 1.0
+            parts.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", '
+                         f'"pid": 7, "tid": 7, "ts": {start:.3f}, "dur": {ts - start:.3f}}}')
+            parts.append(f'{{"ph": "f", "id": {step}, "pid": 7, "tid": 7, "ts": {ts:.3f}, '
+                         f'"cat": "ac2g", "name": "ac2g"}}')
+            put(("" if first else sep) + sep.join(parts))
+            first = False
+        put('], "traceName": "synthetic", "profcallbacks": {"rank": 0, "trigger": "schedule", '
+            '"steps": [0, 1]}, "distributedInfo": {"rank": 0, "world_size": 1}}')
+    return written
+
+
+def same_summary(a, b) -> None:
+    assert a.steps == b.steps
+    assert a.cpu_ops == b.cpu_ops and a.gpu_ops == b.gpu_ops
+    assert a.rank == b.rank and a.trigger == b.trigger
+
+
+@pytest.mark.parametrize("spaced", [False, True], ids=["compact", "indented"])
+def test_read_in_pieces_gives_the_same_summary(tmp_path, monkeypatch, spaced):
+    path = tmp_path / "w.1.pt.trace.json.gz"
+    write_trace(path, steps=6, ops_per_step=400, spaced=spaced)
+    monkeypatch.setattr(stream_module, "_CHUNK", 4096)  # many pieces, cut at every place
+    same_summary(summarise(stream_trace(path), path), summarise(load_trace(path), path))
+
+
+def test_read_in_pieces_on_traces_the_project_did_not_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(stream_module, "_CHUNK", 1 << 16)
+    foreign = sorted(DATA.rglob("*.json.gz"))[:6] + sorted(DATA.rglob("*.json"))[:2]
+    read = 0
+    for path in foreign:
+        try:
+            whole = summarise(load_trace(path), path)
+        except ReadError:
+            continue  # not a trace (or broken on purpose): the other reader says so too
+        same_summary(summarise(stream_trace(path), path), whole)
+        read += 1
+    assert read >= 3
+
+
+@pytest.fixture(scope="module")
+def big_run(tmp_path_factory) -> tuple[Path, int]:
+    run = tmp_path_factory.mktemp("big") / "logs"
+    capture = run / "step000000-schedule"
+    capture.mkdir(parents=True)
+    gunzipped = write_trace(capture / "rank0_host.0.pt.trace.json.gz", steps=40, ops_per_step=2500)
+    return run, gunzipped
+
+
+def peak_bytes(action) -> int:
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_large_trace_is_reported_within_bounded_memory(big_run, monkeypatch):
+    run, gunzipped = big_run
+    assert gunzipped > 100e6
+    path = next(run.rglob("*.gz"))
+    streamed = peak_bytes(lambda: stream_trace(path))
+    whole = peak_bytes(lambda: load_trace(path))  # the whole-file reader, for comparison
+    assert streamed < 0.5 * gunzipped, (streamed, gunzipped)  # ~100k events kept of 800k
+    assert whole > gunzipped > 2 * streamed  # what reading in pieces saves
+    monkeypatch.setattr(traces_module, "STREAM_MIN_BYTES", 0)  # as for a trace of several GB
+    report = build_report(locate_run(run))
+    [capture] = report["captures"]
+    assert capture["steps"] == list(range(40)) and not report["problems"]
+
+
+def test_a_trace_beyond_the_limit_is_named_not_read(big_run, monkeypatch):
+    run, _ = big_run
+    monkeypatch.setattr(traces_module, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stream_module, "MAX_STREAM_EVENTS", 50_000)
+    report = build_report(locate_run(run))
+    [problem] = [p for p in report["problems"] if "beyond what the report reads" in p["error"]]
+    assert "50,000 events" in problem["error"] and "Perfetto" in problem["error"]
+
+
+def test_a_truncated_trace_is_named(tmp_path):
+    path = tmp_path / "w.1.pt.trace.json.gz"
+    write_trace(tmp_path / "full.json.gz", steps=4, ops_per_step=200)
+    data = gzip.decompress((tmp_path / "full.json.gz").read_bytes())
+    with gzip.open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    with pytest.raises(ReadError, match="never ends"):
+        stream_trace(path)
+    shutil.copy(tmp_path / "full.json.gz", path)
+    assert len(stream_trace(path).traceEvents) == 4 * 200 + 4  # frames are not kept

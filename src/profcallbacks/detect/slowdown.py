@@ -239,18 +239,27 @@ class SlowdownDetector(Participant):
     def _quiet_segment(self, times: list[float], k: int, n: int) -> int:
         """Take the steps from ``k`` on that only feed the baseline block (no CUSUM moves).
 
-        Those are the steps before a baseline exists, and, outside an alerted slowdown with no
-        stretch open, the steps at or below the onset reference (their CUSUM terms are <= 0).
+        Those are, outside an alerted slowdown with no stretch open, the steps at or below the
+        onset reference (their CUSUM terms are <= 0): before the first baseline, against the early
+        reference (the early check's own limit too) once the first ``early_steps`` steps set it;
+        with the early check off, every step before a baseline exists.
         The segment ends where the baseline block closes (it is closed here) or at a step that
         must be looked at on its own. Returns the first step not taken.
         """
-        quiet = (not self._early_on if self.baseline_s is None else  # early: step by step
-                 not (self.slow or self._up.score > 0.0 or self._onset.score > 0.0))
+        early = self.baseline_s is None and self._early_on
+        if early:  # the first early_steps steps one by one (they set the early reference)
+            quiet = self._early_ref is not None and not (
+                self._early_up.score > 0.0 or self._up.score > 0.0 or self._onset.score > 0.0)
+        else:
+            quiet = self.baseline_s is None or not (
+                self.slow or self._up.score > 0.0 or self._onset.score > 0.0)
         if not quiet:
             return k
         sums, close, end = self._block_close(times, k, n)
-        if self.baseline_s is not None:
+        if self.baseline_s is not None or early:
             reference = self._onset_ref if self._onset_ref < self._cap_s else self._cap_s
+            if early and self._early_limit < reference:
+                reference = self._early_limit
             over = end
             if end > k and max(times[k:end]) > reference:
                 over = next(i for i in range(k, end) if times[i] > reference)

@@ -63,7 +63,7 @@ class TraceExporter:
         ...     _ = torch.ones(2) * 2
         >>> info = CaptureInfo("step000000-manual", "manual", 0, (), False, os.getpid(), 0,
         ...                    RankInfo())
-        >>> exporter.submit(stopped, info); exporter.close()
+        >>> _ = exporter.submit(stopped, info); exporter.close()
         >>> [path.name for path in exporter.exported]
         ['step000000-manual']
     """

@@ -40,7 +40,7 @@ class SyncAuditConfig:
 
     Example:
         >>> SyncAuditConfig(at_step=9, repeat_at=(49,), allow=("train.py:42",)).audited_steps
-        (9, 10, 49, 50)
+        (9, 10, 11, 49, 50, 51)
     """
 
     at_step: int = 19

@@ -125,7 +125,7 @@ class StepAudit(Participant):
     def begin_block(self, step: int, now: float) -> Iterable[Finding]:
         auditor = self.auditor
         if (auditor is None or self.auditing or auditor.next_step is None
-                or step < auditor.next_step or self._captures.active is not None):
+                or step < auditor.next_step or self._captures.window_open):
             return ()
         self._starts += 1
         if self._starts > MAX_AUDIT_STARTS:

@@ -176,3 +176,28 @@ def test_short_steps_are_summarised_in_longer_intervals_that_last_min_s():
     slow = StepTimes(interval=50, min_s=0.1)  # long steps: every 50 as before
     assert [s.steps for s in slow.add_block(0, [0.01] * 120, [0.0] * 120, False)] == [50, 50]
     assert slow.flush().steps == 20
+
+
+@pytest.mark.parametrize("change", [1.0, 1.15, 3.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_observe_block_equals_observe_step_by_step_before_the_first_baseline(seed, change):
+    """The early check (a first block of 2 s: 200 steps before a baseline) taken block-at-once:
+    steady noise, a mild change and a large one from step 80 (alerted early)."""
+    config = SlowdownConfig(warmup_steps=20, baseline_steps=30, baseline_block_s=2.0,
+                            min_steps=10, min_duration_s=0.1, early_steps=20)
+    rng = random.Random(seed)
+    times = [0.010 * rng.uniform(0.85, 1.15) * (change if i >= 80 else 1.0)
+             * (4 if rng.random() < 0.02 else 1) for i in range(400)]
+    by_step, by_block = SlowdownDetector(config), SlowdownDetector(config)
+    expected, got = [], []
+    for (first, end, captured, after_pause) in blocks(seed, len(times), captured_share=0.02):
+        segment = times[first:end]
+        for k, t in enumerate(segment):
+            expected += by_step.observe(StepRecord(first + k, t, 0.0, captured,
+                                                   after_pause and k == 0))
+        got += by_block.observe_block(first, segment, [0.0] * len(segment), captured,
+                                      after_pause)
+        assert state(by_block) == state(by_step), first
+    assert key(got) == key(expected)
+    early_alerts = [f for f in expected if f.kind == "step_slowdown" and "before a baseline" in f.message]
+    assert bool(early_alerts) == (change == 3.0)

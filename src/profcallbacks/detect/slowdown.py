@@ -103,6 +103,41 @@ class _Stretch:
         self.first = self.steps = 0
         self.at_peak = False
 
+    def run(self, times: list[float], k: int, end: int, first: int, ref: float, cap: float,
+            sustain: tuple[int, float] | None = None) -> tuple[int, bool]:
+        """:meth:`add` for the steps ``k`` to ``end - 1`` (step ``first + i`` takes ``times[i]``,
+        capped at ``cap``, against ``ref``), in local variables: the block-at-once path.
+
+        With ``sustain=(min_steps, min_duration_s)`` it stops after the first step at which the
+        stretch is sustained (at its peak, over both minimums). Returns the first step not taken
+        and whether it stopped there.
+        """
+        score, peak, start, steps, time_s, at = (self.score, self.peak, self.first, self.steps,
+                                                 self.time_s, self.at_peak)
+        min_steps, min_s = sustain if sustain is not None else (0, 0.0)
+        stop, sustained = end, False
+        for i in range(k, end):
+            t = times[i]
+            excess = (t if t < cap else cap) - ref
+            if score > 0.0 or excess > 0.0:
+                if score <= 0.0:  # a new stretch begins at this step
+                    score, peak, start, steps, time_s = 0.0, 0.0, first + i, 0, 0.0
+                score += excess
+                steps += 1
+                time_s += t
+                at = score >= peak
+                if at:
+                    peak = score
+                if score < 0.0:
+                    score = 0.0
+                if (sustain is not None and at and score > 0.0 and steps >= min_steps
+                        and time_s >= min_s):
+                    stop, sustained = i + 1, True
+                    break
+        self.score, self.peak, self.first, self.steps, self.time_s, self.at_peak = (
+            score, peak, start, steps, time_s, at)
+        return stop, sustained
+
 
 class SlowdownDetector(Participant):
     """Raises one ``step_slowdown`` finding per sustained slowdown; O(1) work per step.
@@ -212,6 +247,8 @@ class SlowdownDetector(Participant):
             if k < n:
                 if self.baseline_s is not None and not self.slow:
                     k = self._open_segment(first, times, k, n, found)
+                elif self.baseline_s is None and self._early_on and self._early_ref is not None:
+                    k = self._open_early_segment(first, times, k, n, found)
                 else:
                     k = self._eventful_step(first, times, k, found)
         return found
@@ -276,60 +313,40 @@ class SlowdownDetector(Participant):
                       found: list[Finding]) -> int:
         """Steps from ``k`` on, outside an alerted slowdown, exactly as :meth:`observe` takes them.
 
-        The two CUSUMs (:meth:`_Stretch.add`, inlined) run in local variables: this is the
-        common case on a real machine, where every other step is a little over the onset
-        reference. Ends after the step that closes the baseline block or raises an alert, or at
-        ``n``. Returns the first step not taken.
+        The two CUSUMs run block-at-once (:meth:`_Stretch.run`): this is the common case on a
+        real machine, where every other step is a little over the onset reference. Ends after
+        the step that closes the baseline block or raises an alert, or at ``n``. Returns the
+        first step not taken.
         """
         sums, close, end = self._block_close(times, k, n)
-        cap, up_ref, on_ref = self._cap_s, self._up_ref, self._onset_ref
-        min_steps, min_s = self.config.min_steps, self.config.min_duration_s
-        up, on = self._up, self._onset
-        u_score, u_peak, u_first, u_steps, u_time, u_at = (
-            up.score, up.peak, up.first, up.steps, up.time_s, up.at_peak)
-        o_score, o_peak, o_first, o_steps, o_time, o_at = (
-            on.score, on.peak, on.first, on.steps, on.time_s, on.at_peak)
-        last, alert = end - 1, False
-        for i in range(k, end):
-            t = times[i]
-            capped = t if t < cap else cap
-            excess = capped - up_ref
-            if u_score > 0.0 or excess > 0.0:
-                if u_score <= 0.0:  # a new stretch begins at this step
-                    u_score, u_peak, u_first, u_steps, u_time = 0.0, 0.0, first + i, 0, 0.0
-                u_score += excess
-                u_steps += 1
-                u_time += t
-                u_at = u_score >= u_peak
-                if u_at:
-                    u_peak = u_score
-                if u_score < 0.0:
-                    u_score = 0.0
-            excess = capped - on_ref
-            if o_score > 0.0 or excess > 0.0:
-                if o_score <= 0.0:
-                    o_score, o_peak, o_first, o_steps, o_time = 0.0, 0.0, first + i, 0, 0.0
-                o_score += excess
-                o_steps += 1
-                o_time += t
-                o_at = o_score >= o_peak
-                if o_at:
-                    o_peak = o_score
-                if o_score < 0.0:
-                    o_score = 0.0
-            if u_at and u_score > 0.0 and u_steps >= min_steps and u_time >= min_s:
-                last, alert = i, True  # as _sustained(self._up)
-                break
-        up.score, up.peak, up.first, up.steps, up.time_s, up.at_peak = (
-            u_score, u_peak, u_first, u_steps, u_time, u_at)
-        on.score, on.peak, on.first, on.steps, on.time_s, on.at_peak = (
-            o_score, o_peak, o_first, o_steps, o_time, o_at)
-        self._take(times, k, last + 1, sums)
+        sustain = (self.config.min_steps, self.config.min_duration_s)
+        stop, alert = self._up.run(times, k, end, first, self._up_ref, self._cap_s, sustain)
+        self._onset.run(times, k, stop, first, self._onset_ref, self._cap_s)
+        self._take(times, k, stop, sums)
         if alert:
-            found.append(self._alert(first + last))
-        if last - k == close:
+            found.append(self._alert(first + stop - 1))
+        if stop - 1 - k == close:
             self._close_block()
-        return last + 1
+        return stop
+
+    def _open_early_segment(self, first: int, times: list[float], k: int, n: int,
+                            found: list[Finding]) -> int:
+        """Steps from ``k`` on before the first baseline, once the early reference is set,
+        exactly as :meth:`_before_baseline` takes them: the early check's CUSUM alerts, the two
+        others are followed. Ends like :meth:`_open_segment`; returns the first step not taken.
+        """
+        sums, close, end = self._block_close(times, k, n)
+        sustain = (self.config.min_steps, self.config.min_duration_s)
+        stop, alert = self._early_up.run(times, k, end, first, self._early_limit,
+                                         self._early_cap, sustain)
+        self._up.run(times, k, stop, first, self._up_ref, self._cap_s)
+        self._onset.run(times, k, stop, first, self._onset_ref, self._cap_s)
+        self._take(times, k, stop, sums)
+        if alert:  # the first block mixes both speeds: _early_alert drops it
+            found.append(self._early_alert(first + stop - 1))
+        elif stop - 1 - k == close:
+            self._close_block()
+        return stop
 
     def _eventful_step(self, first: int, times: list[float], k: int, found: list[Finding]) -> int:
         """Step ``k`` exactly as :meth:`observe` takes it (after the warm-up); returns ``k + 1``."""

@@ -3,8 +3,8 @@
 A :class:`Participant` is driven by the session between steps, once per block of steps (up to
 ``BLOCK_STEPS`` steps or ``BLOCK_S`` seconds): detectors, the sync audit, the memory work, the
 capture windows and the baseline-capture rule all are participants. Every hook is declared here
-with a default that does nothing, so a participant defines only the hooks it needs and the
-session calls every hook of every participant, in the session's declared order.
+with a default that does nothing, so a participant defines only the hooks it needs; the session
+calls each hook, in its declared order, on the participants that define it (:func:`defining`).
 
 A :class:`Detector` is the smallest contract: ``observe`` each finished step. The session runs a
 plain detector as a participant (:class:`RecordDetector`).
@@ -114,6 +114,19 @@ class Participant:
 
     def close(self, *, failed: bool) -> None:
         """The run is over (``failed``: it ends with an error)."""
+
+
+def defining(participants: Iterable[Participant], hook: str) -> list[Participant]:
+    """The ``participants`` whose class defines ``hook`` (the others would do nothing), in order.
+
+    Example:
+        >>> class Counter(Participant):
+        ...     def end_block(self, first): return ()
+        >>> [type(p).__name__ for p in defining([Participant(), Counter()], "end_block")]
+        ['Counter']
+    """
+    default = getattr(Participant, hook)
+    return [p for p in participants if getattr(type(p), hook) is not default]
 
 
 class RecordDetector(Participant):

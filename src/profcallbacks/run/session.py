@@ -19,7 +19,14 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
 from profcallbacks.core.timing import IntervalSummary, StepTimes
 from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
-from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
+from profcallbacks.detect.base import (
+    NEVER,
+    Detector,
+    Participant,
+    RecordDetector,
+    StepAuditor,
+    defining,
+)
 from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
@@ -41,6 +48,9 @@ BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
 _NO_WAITS = [0.0] * BLOCK_STEPS
+_BLOCK_HOOKS = ("begin_block", "disturbs_steps", "boundary_step", "end_block", "observe_block",
+                "take_findings", "summary_sample", "scalars", "pause")
+"""The hooks called between blocks and at pauses: each only on the participants that define it."""
 BLOCK_S = 0.25
 """Target seconds per block: blocks of slow steps are shorter (at least one step). A shorter
 ``capture_file_poll_s`` or memory ``sample_every_s`` shortens blocks to that period."""
@@ -81,9 +91,11 @@ class ProfilingSession:
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
+        self._hooks: dict[str, list[Participant]] = {}
         self._audit = next((p for p in self._participants if isinstance(p, StepAudit)), None)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
+        self._participants_changed()
         steps, min_s = config.summary_every
         self._times = StepTimes(interval=steps, min_s=min_s)
         self._tensorboard: TensorBoardWriter | None = None
@@ -190,6 +202,12 @@ class ProfilingSession:
         """
         self._participants.append(detector if isinstance(detector, Participant)
                                   else RecordDetector(detector))
+        self._participants_changed()
+
+    def _participants_changed(self) -> None:
+        """Note, per hook run at block boundaries, which participants define it (the others'
+        defaults do nothing): those are the ones called."""
+        self._hooks = {hook: defining(self._participants, hook) for hook in _BLOCK_HOOKS}
 
     @property
     def capture_open(self) -> bool:
@@ -341,7 +359,7 @@ class ProfilingSession:
                 and self._opened):
             self._captures.begin_between_steps(self.step, VALIDATION)
         self._paused = True
-        for participant in list(self._participants):
+        for participant in self._hooks["pause"]:
             try:
                 participant.pause()
             except Exception as exc:
@@ -474,9 +492,8 @@ class ProfilingSession:
         if n == 0:
             return
         ends, first, captured = self._ends, self._first, self._block_captured
-        participants = list(self._participants)
         ended: list[Finding] = []
-        for participant in participants:
+        for participant in self._hooks["end_block"]:
             try:
                 ended += participant.end_block(first)
             except Exception as exc:  # a participant never stops training
@@ -491,6 +508,7 @@ class ProfilingSession:
             self._watch_compile()  # torch.compile was first called after open()
         watch = self._compile
         compiled = watch.take_times(first + n) if watch is not None else None
+        participants = self._hooks["observe_block"]
         if not compiled:  # the common case: one hand-over of the whole block
             found = self._hand_over(participants, first, times, waits, captured, after_pause,
                                     ends, now)
@@ -536,16 +554,21 @@ class ProfilingSession:
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
         """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
         step = self._first
-        participants = list(self._participants)
-        for participant in participants:
+        for participant in self._hooks["begin_block"]:
             try:
                 for finding in participant.begin_block(step, now):
                     self.emit(finding)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, step, exc)
-        self._block_captured = any(p.disturbs_steps for p in self._participants)
+        hooks, captured, boundary = self._hooks, False, NEVER
+        for participant in hooks["disturbs_steps"]:  # loops, not generators: once per block
+            if participant.disturbs_steps:
+                captured = True
+                break
+        for participant in hooks["boundary_step"]:
+            boundary = min(boundary, participant.boundary_step(step))
+        self._block_captured = captured
         self._block_after_pause = after_pause
-        boundary = min(p.boundary_step(step) for p in self._participants)
         self._due = max(1, min(self._block_len, boundary - step))
         self._waits[1:] = _NO_WAITS  # waits added while paused belong to no step
         self._ends[0] = self._wait_from = self._clock()
@@ -553,7 +576,7 @@ class ProfilingSession:
     def _emit_taken_findings(self) -> None:
         """Findings made elsewhere (the export helper's, about published captures), emitted on
         this thread."""
-        for participant in list(self._participants):
+        for participant in self._hooks["take_findings"]:
             for finding in participant.take_findings():
                 self._on_finding(finding)
 
@@ -562,6 +585,7 @@ class ProfilingSession:
                     "the run.", participant.name, step, type(exc).__name__, exc)
         if participant in self._participants:
             self._participants.remove(participant)
+            self._participants_changed()
 
     def _on_finding(self, finding: Finding) -> None:
         if self._compile is not None:  # a slowdown that coincides with recompiles says so
@@ -576,7 +600,7 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         memory: dict[str, float] = {}
         findings: list[Finding] = []
-        for participant in list(self._participants):
+        for participant in self._hooks["summary_sample"]:
             try:
                 values, found = participant.summary_sample(summary.last_step, now)
             except Exception as exc:
@@ -592,7 +616,7 @@ class ProfilingSession:
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and the participants' ``scalars()``."""
         values: dict[str, float] = {}
-        for participant in list(self._participants):
+        for participant in self._hooks["scalars"]:
             try:
                 values.update(participant.scalars())
             except Exception as exc:  # warned once: it is off for the rest of the run

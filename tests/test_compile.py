@@ -92,7 +92,7 @@ def test_new_lengths_recompile_then_fall_back_to_eager(tmp_path: Path) -> None:
     by_step = {row["first_step"]: row for row in rows(tmp_path)}
     compiled = sorted(step for step, row in by_step.items() if row.get("compile_ms"))
     assert compiled == [0, 3, 6]
-    assert all(by_step[step]["steps_excluded"] == 1 and by_step[step]["healthy_us"] == []
+    assert all(by_step[step]["steps_excluded"] == 1 and by_step[step]["counted_us"] == []
                for step in compiled)
     assert all(row["steps_excluded"] == 0 for step, row in by_step.items() if step not in compiled)
     total_ms = sum(row.get("compile_ms", 0.0) for row in by_step.values())

@@ -59,7 +59,7 @@ class Participant:
     @property
     def disturbs_steps(self) -> bool:
         """This participant's work between the block's steps changes their times (a capture
-        window, an audit): the block is marked ``captured``."""
+        window, an audit): the block's steps are ``excluded``."""
         return False
 
     def boundary_step(self, step: int) -> int:
@@ -74,7 +74,7 @@ class Participant:
         """The last step of the block that began at ``first`` just ended."""
         return ()
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         """Take the steps ``first``, ``first + 1``, ... of one block, in order.
 
@@ -85,7 +85,8 @@ class Participant:
             first: Number of the block's first step.
             times: Each step's time in seconds (data wait included, pauses excluded).
             waits: Each step's data wait in seconds.
-            captured: Every step of the block ran captured or audited (a block is never mixed).
+            excluded: Every step of the block is excluded from the statistics (it ran captured,
+                audited or compiling: see ``StepRecord.excluded``); a block is never mixed.
             after_pause: The block's first step (only it) followed a pause or the start.
         """
         return ()
@@ -139,12 +140,12 @@ class RecordDetector(Participant):
     def name(self) -> str:
         return type(self.detector).__name__
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         found: list[Finding] = []
         observe = self.detector.observe
         for k in range(len(times)):
-            found += observe(StepRecord(first + k, times[k], waits[k], captured,
+            found += observe(StepRecord(first + k, times[k], waits[k], excluded,
                                         after_pause and k == 0))
         return found
 

@@ -112,7 +112,7 @@ class ProfilingSession:
         self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
         self._first = start_step  # number of the block's first step
         self._start_step = start_step
-        self._block_captured = False
+        self._block_excluded = False
         self._block_after_pause = True
         self._block_len = 1  # the first block is one step: then the step rate is known
         periods = [BLOCK_S]  # a block lasts no longer than the period of anything polled
@@ -491,7 +491,7 @@ class ProfilingSession:
         n = self._n
         if n == 0:
             return
-        ends, first, captured = self._ends, self._first, self._block_captured
+        ends, first, excluded = self._ends, self._first, self._block_excluded
         ended: list[Finding] = []
         for participant in self._hooks["end_block"]:
             try:
@@ -510,13 +510,13 @@ class ProfilingSession:
         compiled = watch.take_times(first + n) if watch is not None else None
         participants = self._hooks["observe_block"]
         if not compiled:  # the common case: one hand-over of the whole block
-            found = self._hand_over(participants, first, times, waits, captured, after_pause,
+            found = self._hand_over(participants, first, times, waits, excluded, after_pause,
                                     ends, now)
         else:  # steps that compiled are handed over alone, as excluded steps
             found = []
-            for a, b, part_captured, compile_s in compile_segments(first, n, captured, compiled):
+            for a, b, part_excluded, compile_s in compile_segments(first, n, excluded, compiled):
                 found += self._hand_over(participants, first + a, times[a:b], waits[a:b],
-                                         part_captured, after_pause and a == 0, ends[a:], now,
+                                         part_excluded, after_pause and a == 0, ends[a:], now,
                                          compile_s)
         if watch is not None and (watch.pending or watch.poll):
             found += watch.drain()
@@ -529,7 +529,7 @@ class ProfilingSession:
         self._emit_taken_findings()
 
     def _hand_over(self, participants: list[Participant], first: int, times: list[float],
-                   waits: list[float], captured: bool, after_pause: bool, ends: list[float],
+                   waits: list[float], excluded: bool, after_pause: bool, ends: list[float],
                    now: float, compile_s: float = 0.0) -> list[Finding]:
         """Consecutive steps from ``first`` to the summaries and the participants; their findings.
 
@@ -537,7 +537,7 @@ class ProfilingSession:
         """
         n = len(times)
         publisher = self._publisher
-        for summary in self._times.add_block(first, times, waits, captured, compile_s):
+        for summary in self._times.add_block(first, times, waits, excluded, compile_s):
             if publisher is not None:  # at the clock time its last step ended
                 k = summary.last_step - first + 1
                 self._publish(summary, ends[k] if 0 < k <= n else now)
@@ -546,7 +546,7 @@ class ProfilingSession:
             if participant not in self._participants:
                 continue  # disabled by an earlier part of this block
             try:
-                found += participant.observe_block(first, times, waits, captured, after_pause)
+                found += participant.observe_block(first, times, waits, excluded, after_pause)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, first, exc)
         return found
@@ -560,14 +560,14 @@ class ProfilingSession:
                     self.emit(finding)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, step, exc)
-        hooks, captured, boundary = self._hooks, False, NEVER
+        hooks, excluded, boundary = self._hooks, False, NEVER
         for participant in hooks["disturbs_steps"]:  # loops, not generators: once per block
             if participant.disturbs_steps:
-                captured = True
+                excluded = True
                 break
         for participant in hooks["boundary_step"]:
             boundary = min(boundary, participant.boundary_step(step))
-        self._block_captured = captured
+        self._block_excluded = excluded
         self._block_after_pause = after_pause
         self._due = max(1, min(self._block_len, boundary - step))
         self._waits[1:] = _NO_WAITS  # waits added while paused belong to no step
@@ -686,10 +686,10 @@ def _prepare_logdir(logdir: Path) -> Path:
     return meta
 
 
-def compile_segments(first: int, n: int, captured: bool,
+def compile_segments(first: int, n: int, excluded: bool,
                      compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
-    """The block's steps ``0..n-1`` as parts ``(start, end, captured, compile_s)``: each step
-    that compiled alone and excluded (``captured``), the others as they were. Compile time of
+    """The block's steps ``0..n-1`` as parts ``(start, end, excluded, compile_s)``: each step
+    that compiled alone and excluded, the others as they were. Compile time of
     steps before the block (``-1``: between steps) goes with its first part.
 
     Example:
@@ -701,14 +701,14 @@ def compile_segments(first: int, n: int, captured: bool,
     for step in sorted(s for s in compiled if first <= s < first + n):
         k = step - first
         if k > start:
-            parts.append((start, k, captured, 0.0))
+            parts.append((start, k, excluded, 0.0))
         parts.append((k, k + 1, True, compiled[step]))
         start = k + 1
     if start < n:
-        parts.append((start, n, captured, 0.0))
+        parts.append((start, n, excluded, 0.0))
     if early:
-        a, b, part_captured, seconds = parts[0]
-        parts[0] = (a, b, part_captured, seconds + early)
+        a, b, part_excluded, seconds = parts[0]
+        parts[0] = (a, b, part_excluded, seconds + early)
     return parts
 
 

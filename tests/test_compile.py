@@ -199,6 +199,7 @@ def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> Non
 def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     from profcallbacks import Schedule
     from profcallbacks.report import build_report, compare_reports, render_compare_text, render_text
+    from profcallbacks.report.html import render_html
     from profcallbacks.report.build import locate_run
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
@@ -225,6 +226,10 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     assert "x.size(1) changed 5 -> 6" in diagnosed["recompiles"]["evidence"][0]
     assert "recompiles: up to" in text
     assert "try torch.compile" not in text and "Fuse kernels (torch.compile)" not in text
+    page = render_html(report)
+    section = page[page.index("<h2 id=compile>torch.compile</h2>"):]
+    assert "recompiles: 2" in section and "x.size(1) changed 5 -&gt; 6" in section
+    assert "fell back to eager: forward()" in section
 
     from rich.console import Console
 
@@ -244,6 +249,7 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     train(StepProfiler(eager, **QUIET), Shaped(), [4] * 12)
     plain = build_report(locate_run(eager))
     assert plain["compile"] is None and "torch.compile\n" not in render_text(plain)
+    assert "id=compile" not in render_html(plain)
     cmp = compare_reports(plain, report)
     assert cmp["compile"]["recompiles"] == {"a": 0, "b": 2}
     assert "recompiles 0 -> 2, fallbacks to eager 0 -> 1" in render_compare_text(cmp)

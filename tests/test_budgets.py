@@ -20,16 +20,10 @@ from profcallbacks.report import build_report, locate_run
 from profcallbacks.report.html import render_html
 from profcallbacks.report.text import render_text
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 QUIET = {"tensorboard_scalars": False, "watch_capture_file": False, "slowdown": None,
          "stall": None, "sync_audit": False, "memory": None}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def many_modules(n: int = 12) -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -199,8 +199,8 @@ def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> Non
 def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     from profcallbacks import Schedule
     from profcallbacks.report import build_report, compare_reports, render_compare_text, render_text
-    from profcallbacks.report.html import render_html
     from profcallbacks.report.build import locate_run
+    from profcallbacks.report.html import render_html
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
     compiled = tmp_path / "compiled"

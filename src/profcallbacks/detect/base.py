@@ -150,13 +150,34 @@ class RecordDetector(Participant):
         return found
 
 
-class StepAuditor(Protocol):
-    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps."""
+class StepAuditor:
+    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps.
 
-    next_step: int | None  # audit this step (or the first one after it outside a capture)
+    The session's audit participant calls ``begin_step`` at the start of a step once ``step >=
+    next_step`` (outside capture windows), ``end_step`` at its end and ``cancel`` for a step
+    cut short by a pause; these three every auditor defines. The optional hooks below do
+    nothing unless defined: ``mark_batch`` (the step's input, while a step is watched),
+    ``finish`` (the run ended) and ``stopped`` (the audit is given up).
+    """
 
-    def begin_step(self, step: int) -> None: ...
+    next_step: int | None = None  # audit this step (or the first one after it outside a capture)
 
-    def end_step(self, step: int) -> Iterable[Finding]: ...
+    def begin_step(self, step: int) -> None:
+        raise NotImplementedError
 
-    def cancel(self) -> None: ...
+    def end_step(self, step: int) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the watched step's input (what is computed from it is device data)."""
+
+    def finish(self, last_step: int) -> list[Finding]:
+        """The run ended after ``last_step``: what the auditor says of the checks left."""
+        return []
+
+    def stopped(self, step: int, why: str) -> Finding | None:
+        """The audit is given up at ``step`` (``why`` in a few words): a finding saying so."""
+        return None

@@ -332,11 +332,10 @@ class ProfilingSession:
         """``batch`` is the current step's input: while the sync audit watches the step, what
         is computed from it counts as a device value on a CPU run (it would be on the device)."""
         audit = self._audit
-        mark = (getattr(audit.auditor, "mark_batch", None)
-                if audit is not None and audit.auditing else None)
-        if mark is not None:
+        auditor = audit.auditor if audit is not None and audit.auditing else None
+        if auditor is not None:
             try:
-                mark(batch)
+                auditor.mark_batch(batch)
             except Exception as exc:  # the audit never stops training
                 log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
 

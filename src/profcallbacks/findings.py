@@ -35,6 +35,9 @@ RECOMPILE = "recompile"
 COMPILE_FALLBACK = "compile_fallback"
 GRAPH_BREAK = "graph_break"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+REPORTED_AT_STEP = "reported_at_step"
+"""``details`` key of a finding emitted after findings of later steps: the step the run had
+reached when it was emitted (logs and files are streams; ``report`` and ``watch`` sort by step)."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,16 @@ class FindingsFile:
 def log_finding(finding: Finding) -> None:
     """Sends a finding to ``logging.getLogger("profcallbacks")`` at its severity, as
     ``[rank R step S] kind: message``; a message that starts by repeating its kind in words
-    (``"dataloader stall: ..."``) is not repeated."""
+    (``"dataloader stall: ..."``) is not repeated. A finding that came after findings of later
+    steps (``details["reported_at_step"]``: a verdict the export helper made for an earlier
+    capture) says so: ``[rank R step S, reported at step T]``."""
     message, said = finding.message, finding.kind.replace("_", " ") + ":"
     if message[:len(said)].lower() == said:
         message = message[len(said):].lstrip()
-    log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %d] %s: %s",
-            finding.rank, finding.step, finding.kind, message)
+    late = finding.details.get(REPORTED_AT_STEP)
+    where = f"{finding.step}, reported at step {late}" if isinstance(late, int) else finding.step
+    log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %s] %s: %s",
+            finding.rank, where, finding.kind, message)
 
 
 class FindingRouter:

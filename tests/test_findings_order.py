@@ -15,7 +15,7 @@ from profcallbacks import ProfilerConfig, ProfilingSession, StallConfig
 from profcallbacks.cli import main
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.detect.base import Participant
-from profcallbacks.findings import CAPTURE_VERDICT, DATALOADER_STALL, REPORTED_AT_STEP, Finding
+from profcallbacks.findings import CAPTURE_VERDICT, DATALOADER_STALL, Finding
 from profcallbacks.layout import findings_file
 from profcallbacks.report import build_report, locate_run
 from profcallbacks.run.defaults import default_detectors
@@ -71,14 +71,14 @@ def test_a_late_verdict_says_in_the_log_and_the_file_when_it_came(run):
     kinds = [(f.kind, f.step) for f in findings if f.kind in (DATALOADER_STALL, CAPTURE_VERDICT)]
     assert kinds == [(DATALOADER_STALL, 28), (CAPTURE_VERDICT, 24)]  # the order they came in
     verdict = next(f for f in findings if f.kind == CAPTURE_VERDICT)
-    assert verdict.details[REPORTED_AT_STEP] >= 30
+    assert verdict.reported_at_step is not None and verdict.reported_at_step >= 30
     stall = next(f for f in findings if f.kind == DATALOADER_STALL)
-    assert REPORTED_AT_STEP not in stall.details  # in order: nothing to say
+    assert stall.reported_at_step is None and "reported_at_step" not in stall.details  # in order
     (line,) = [m for m in logged if "capture_verdict" in m]
-    assert line.startswith(f"[rank 0 step 24, reported at step {verdict.details[REPORTED_AT_STEP]}]")
+    assert line.startswith(f"[rank 0 step 24, reported at step {verdict.reported_at_step}]")
     rows = [json.loads(r) for r in findings_file(logdir, 0).read_text().splitlines()]
-    assert [r["details"].get(REPORTED_AT_STEP) for r in rows if r["kind"] == CAPTURE_VERDICT] == [
-        verdict.details[REPORTED_AT_STEP]]
+    assert [r["details"].get("reported_at_step") for r in rows if r["kind"] == CAPTURE_VERDICT] == [
+        verdict.reported_at_step]
 
 
 def test_watch_and_report_list_findings_in_step_order(run, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,9 +35,7 @@ RECOMPILE = "recompile"
 COMPILE_FALLBACK = "compile_fallback"
 GRAPH_BREAK = "graph_break"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
-REPORTED_AT_STEP = "reported_at_step"
-"""``details`` key of a finding emitted after findings of later steps: the step the run had
-reached when it was emitted (logs and files are streams; ``report`` and ``watch`` sort by step)."""
+_REPORTED_AT = "reported_at_step"  # the details key of a finding that came late
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,25 @@ class Finding:
         data = asdict(self)
         del data["capture"]
         return data
+
+    @property
+    def reported_at_step(self) -> int | None:
+        """The step the run had reached when this finding came, if findings of later steps
+        came before it (``details["reported_at_step"]``, see :func:`reported_late`)."""
+        step = self.details.get(_REPORTED_AT)
+        return step if isinstance(step, int) else None
+
+
+def reported_late(finding: Finding, reached: int) -> Finding:
+    """``finding`` marked as coming at step ``reached``, after findings of later steps than its
+    own (logs and findings files are streams; ``report`` and ``watch`` sort by step).
+
+    Example:
+        >>> late = reported_late(Finding("capture_verdict", 24, 0, "info", "input_bound"), 57)
+        >>> late.reported_at_step, late.details
+        (57, {'reported_at_step': 57})
+    """
+    return replace(finding, details={**finding.details, _REPORTED_AT: reached})
 
 
 FindingHandler = Callable[[Finding], None]
@@ -112,8 +129,8 @@ def log_finding(finding: Finding) -> None:
     message, said = finding.message, finding.kind.replace("_", " ") + ":"
     if message[:len(said)].lower() == said:
         message = message[len(said):].lstrip()
-    late = finding.details.get(REPORTED_AT_STEP)
-    where = f"{finding.step}, reported at step {late}" if isinstance(late, int) else finding.step
+    late = finding.reported_at_step
+    where = finding.step if late is None else f"{finding.step}, reported at step {late}"
     log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %s] %s: %s",
             finding.rank, where, finding.kind, message)
 

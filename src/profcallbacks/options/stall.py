@@ -9,7 +9,8 @@ from profcallbacks.options.checks import check_int, check_number
 
 @dataclass(frozen=True)
 class StallConfig:
-    """When waiting for data counts as a stall (defaults are justified in the README).
+    """When waiting for data counts as a stall (defaults are justified in docs/detection.md and
+    docs/explanation/stalls-and-syncs.md).
 
     The stall statistic is the median, over the last ``window`` steps cut into blocks of
     ``max(block_steps, num_workers)`` steps, of each block's share of step time spent waiting for
@@ -33,10 +34,10 @@ class StallConfig:
         isolated_min_s: Waits shorter than this (seconds) are never reported as isolated waits.
         max_isolated_reports: Most isolated-wait findings in one run.
         min_duration_s: Seconds of step time (the sum of the steps' own times) an episode holds
-            before it alerts. 2 s: beside a process loading both cores in bursts, the share
-            stayed over the threshold for at most 0.35 s at a time (``benchmarks/stall_cotenant.py``);
-            a 50% wait is flagged ~2 s after it begins. 0: alert at the first window over the
-            threshold.
+            before it alerts. 2 s: beside a process loading both cores in bursts, a healthy
+            loop's episodes lasted at most 0.59 s (``benchmarks/stall_cotenant.py``, 20 runs of
+            20 s); a 50% wait is flagged 2.0-2.1 s after it begins. 0: alert at the first window
+            over the threshold.
         min_steps: Steps an episode holds before it alerts (20, the default window: long steps
             alert as soon as the window is over the threshold).
 

@@ -9,7 +9,6 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from operator import attrgetter, sub
 from pathlib import Path
 
@@ -24,12 +23,12 @@ from profcallbacks.detect.base import Detector, Participant, RecordDetector, Ste
 from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import (
-    REPORTED_AT_STEP,
     Finding,
     FindingHandler,
     FindingRouter,
     FindingsFile,
     log_finding,
+    reported_late,
 )
 from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
@@ -240,8 +239,7 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         latest = self._latest_finding_step
         if finding.step < latest:
-            reached = max(latest, self.step - 1)
-            finding = replace(finding, details={**finding.details, REPORTED_AT_STEP: reached})
+            finding = reported_late(finding, max(latest, self.step - 1))
         else:
             self._latest_finding_step = finding.step
         self._router.emit(finding)

@@ -66,7 +66,8 @@ def main() -> None:
     print(f"mean loss {total_loss / args.steps:.4f}")
     print(f"{len(prof.captures)} captures in {args.logdir}: "
           + ", ".join(p.name for p in prof.captures))
-    for finding in prof.findings:
+    # in step order: a capture's verdict comes from the export helper after later findings
+    for finding in sorted(prof.findings, key=lambda f: f.step):
         print(f"finding: {finding.kind} at step {finding.step}: {finding.message}")
 
 

@@ -4,8 +4,9 @@ Each built-in detector is fed one recorded sequence twice: one step at a time th
 ``observe``, and in blocks of random length (1-64 steps, as the session cuts them) through
 ``observe_block``; the findings (kind, step, message, details) and the state the detectors
 publish must be identical. The sequences hold every situation a detector reacts to: warm-up,
-captured blocks, steps after a pause, isolated waits, stall episodes and their end, slowdowns,
-recoveries and re-baselining, straggler checks.
+captured blocks, steps after a pause, isolated waits, stall episodes (held, or a burst that ends
+before the hold) and their end, a stall reported at the run's end, slowdowns, recoveries and
+re-baselining, straggler checks.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def sequence(seed: int, steps: int = 3000) -> list[tuple[float, float]]:
             wait += 0.03  # a bursty stall episode
         if 1500 <= i < 1700:
             wait += 0.004  # a mild, steady stall (30% of step time)
+        if 2200 <= i < 2240:
+            wait += 0.008  # a burst: over the threshold for less than the hold
         if i in (150, 900, 2500):
             wait += 0.4  # isolated hiccups
         if i % 97 == 0:
@@ -73,7 +76,8 @@ def detectors():
         gathered.append(mine)  # rank 1 is 30% slower than this rank
         return [mine, [mine[0] * 1.3, mine[1], mine[2]]]
 
-    return [StallDetector(StallConfig(window=20, block_steps=4), rank=0),
+    stall = StallConfig(window=20, block_steps=4, min_duration_s=1.5, min_steps=30)
+    return [StallDetector(stall, rank=0),
             SlowdownDetector(slowdown, rank=0),
             StragglerDetector(StragglerConfig(every_n_steps=100, consecutive=2, min_steps=10),
                               rank=0, gather=gather)], gathered
@@ -100,7 +104,7 @@ def test_observe_block_equals_observe_step_by_step(seed):
     cuts = blocks(seed, len(steps))
     by_step, gathered_by_step = detectors()
     by_block, gathered_by_block = detectors()
-    kinds = set()
+    kinds, pending, dropped = set(), False, 0
     for (first, end, captured, after_pause) in cuts:
         times = [t for t, _ in steps[first:end]]
         waits = [w for _, w in steps[first:end]]
@@ -109,11 +113,17 @@ def test_observe_block_equals_observe_step_by_step(seed):
             for k in range(end - first):
                 record = StepRecord(first + k, times[k], waits[k], captured,
                                     after_pause and k == 0)
-                expected += one.observe(record)
+                found = list(one.observe(record))
+                expected += found
+                if one is by_step[0]:  # a stall episode that ended before it held
+                    episode = one._episode
+                    dropped += pending and episode is None and not found
+                    pending = episode is not None and not episode.alerted
             got = list(block.observe_block(first, times, waits, captured, after_pause))
             assert key(got) == key(expected), (type(one).__name__, first)
             assert state(block) == state(one), (type(one).__name__, first)
             kinds |= {f.kind for f in expected}
+    assert dropped >= 1
     assert gathered_by_block == gathered_by_step  # the same numbers met the other ranks
     assert by_block[1].baseline_s == by_step[1].baseline_s
     assert by_block[1].scalars() == by_step[1].scalars()
@@ -155,7 +165,8 @@ def test_stall_blocks_taken_at_once_still_see_the_shares_before_them(lead):
     """A stall in the last blocks before a block of quiet steps still counts in the median."""
     times = [0.010] * (lead + 200)
     waits = [0.005] * lead + [0.0] * 200
-    one, block = StallDetector(StallConfig()), StallDetector(StallConfig())
+    config = StallConfig(min_duration_s=0)  # 16 steps: the window alone decides
+    one, block = StallDetector(config), StallDetector(config)
     expected = [f for k in range(lead) for f in one.observe(StepRecord(k, times[k], waits[k]))]
     got = list(block.observe_block(0, times[:lead], waits[:lead], False, False))
     expected += [f for k in range(lead, len(times))
@@ -163,6 +174,27 @@ def test_stall_blocks_taken_at_once_still_see_the_shares_before_them(lead):
     got += block.observe_block(lead, times[lead:], waits[lead:], False, False)
     assert key(got) == key(expected) and state(block) == state(one)
     assert [f.kind for f in got][:1] == ["dataloader_stall"] * (lead == 16)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stall_reported_at_the_run_end_is_the_same_block_by_block(seed):
+    """A run too short for the hold (1.4-1.8 s of a 29% wait after quiet steps): ``close``
+    reports the same episode whichever way the steps came."""
+    rng = random.Random(seed)
+    steps = [(0.010, 0.0005)] * 40 * seed + [(0.010, 0.004 * rng.uniform(0.9, 1.1))
+                                             for _ in range(100 + 10 * seed)]
+    by_step, by_block = StallDetector(StallConfig()), StallDetector(StallConfig())
+    expected, got = [], []
+    for (first, end, captured, after_pause) in blocks(seed, len(steps), captured_share=0.0):
+        times, waits = [t for t, _ in steps[first:end]], [w for _, w in steps[first:end]]
+        expected += [f for k in range(end - first) for f in by_step.observe(
+            StepRecord(first + k, times[k], waits[k], captured, after_pause and k == 0))]
+        got += by_block.observe_block(first, times, waits, captured, after_pause)
+    for detector, found in ((by_step, expected), (by_block, got)):
+        detector.close(failed=False)
+        found += detector.take_findings()
+    assert key(got) == key(expected) and state(by_block) == state(by_step)
+    assert [(f.kind, f.details["run_ended"]) for f in got] == [("dataloader_stall", True)]
 
 
 def test_short_steps_are_summarised_in_longer_intervals_that_last_min_s():

@@ -47,8 +47,14 @@ def share_waits(share, steps, compute_s=0.010):
     return [compute_s * share / (1 - share)] * steps
 
 
+# The scripted tests below judge the window statistic on runs of ~1 s (steps of 10-20 ms): they
+# shorten the wall-time hold to HOLD_S (tests/test_stall_hold.py tests the default hold).
+HOLD_S = 0.5
+SHORT_HOLD = StallConfig(min_duration_s=HOLD_S)
+
+
 def test_loader_at_30_percent_is_flagged_within_50_steps_once(tmp_path):
-    findings = scripted_session(tmp_path, share_waits(0.30, 300))
+    findings = scripted_session(tmp_path, share_waits(0.30, 300), stall=SHORT_HOLD)
     (stall,) = of(findings, "dataloader_stall")
     assert stall.step < 50 and stall.severity == "warning"
     assert stall.details["share"] == pytest.approx(0.30, abs=1e-3)
@@ -72,7 +78,7 @@ def test_loader_at_5_percent_or_less_is_never_flagged(tmp_path, share):
 def test_bursty_multiworker_loader_is_flagged_with_fitting_advice(tmp_path):
     loader = DataLoader(range(64), batch_size=4, num_workers=4, prefetch_factor=2)
     waits = [0.030 if i % 4 == 0 else 0.0 for i in range(120)]   # one burst per 4 steps: 43%
-    findings = scripted_session(tmp_path, waits, loader=loader)
+    findings = scripted_session(tmp_path, waits, loader=loader, stall=SHORT_HOLD)
     (stall,) = of(findings, "dataloader_stall")
     assert stall.step < 50 and stall.details["bursty"] is True
     assert stall.details["share"] == pytest.approx(0.03 / 0.07, rel=1e-3)
@@ -91,7 +97,7 @@ def test_median_of_blocks_ignores_a_single_huge_hiccup_in_the_window(tmp_path):
 
 def test_stall_episode_clears_with_a_note_and_a_new_episode_is_a_new_finding(tmp_path):
     waits = share_waits(0.4, 60) + share_waits(0.01, 60) + share_waits(0.5, 60)
-    findings = scripted_session(tmp_path, waits)
+    findings = scripted_session(tmp_path, waits, stall=SHORT_HOLD)
     kinds = [f.kind for f in findings if f.kind.startswith("dataloader_stall")]
     assert kinds == ["dataloader_stall", "dataloader_stall_cleared", "dataloader_stall"]
     cleared = of(findings, "dataloader_stall_cleared")[0]
@@ -108,7 +114,7 @@ def test_captured_and_post_pause_steps_stay_out_of_the_statistic():
 
 
 def test_num_workers_raises_the_block_length():
-    detector = StallDetector(StallConfig(window=20, block_steps=4))
+    detector = StallDetector(StallConfig(window=20, block_steps=4, min_duration_s=0))
     detector.set_loader(describe_loader(DataLoader(range(8), num_workers=8)))
     findings = [f for i in range(40) for f in detector.observe(StepRecord(i, 0.01, 0.005))]
     (stall,) = findings
@@ -138,10 +144,12 @@ class SlowDataset(Dataset):
 
 @pytest.mark.parametrize("delay_s, flagged", [(0.015, True), (0.001, False)])
 def test_real_loop_with_sleeping_loader(tmp_path, delay_s, flagged):
-    """num_workers=0: 15 ms of loading against 25 ms of work is ~38%; 1 ms is ~4%."""
+    """num_workers=0: 15 ms of loading against 25 ms of work is ~38%; 1 ms is ~4%. A 1 s hold
+    (60 steps are 2.4 s; a shorter hold only makes the 4% run more likely to alert)."""
     loader = DataLoader(SlowDataset(delay_s), batch_size=1)
     prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, slowdown=None,
-                        watch_capture_file=False, sync_audit=False)
+                        watch_capture_file=False, sync_audit=False,
+                        stall=StallConfig(min_duration_s=1.0))
     with prof:
         for i, _ in enumerate(prof.wrap(loader)):
             time.sleep(0.025)
@@ -186,7 +194,8 @@ def test_logged_stall_says_its_kind_once(tmp_path, caplog):
     import logging
 
     with caplog.at_level(logging.INFO, logger="profcallbacks"):
-        findings = scripted_session(tmp_path, share_waits(0.4, 60) + share_waits(0.01, 60))
+        findings = scripted_session(tmp_path, share_waits(0.4, 60) + share_waits(0.01, 60),
+                                    stall=SHORT_HOLD)
     assert [f.kind for f in findings] == ["dataloader_stall", "dataloader_stall_cleared"]
     logged = [r.getMessage() for r in caplog.records if "dataloader_stall" in r.getMessage()]
     assert len(logged) == 2, logged

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ RECOMPILE = "recompile"
 COMPILE_FALLBACK = "compile_fallback"
 GRAPH_BREAK = "graph_break"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_REPORTED_AT = "reported_at_step"  # the details key of a finding that came late
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,25 @@ class Finding:
         del data["capture"]
         return data
 
+    @property
+    def reported_at_step(self) -> int | None:
+        """The step the run had reached when this finding came, if findings of later steps
+        came before it (``details["reported_at_step"]``, see :func:`reported_late`)."""
+        step = self.details.get(_REPORTED_AT)
+        return step if isinstance(step, int) else None
+
+
+def reported_late(finding: Finding, reached: int) -> Finding:
+    """``finding`` marked as coming at step ``reached``, after findings of later steps than its
+    own (logs and findings files are streams; ``report`` and ``watch`` sort by step).
+
+    Example:
+        >>> late = reported_late(Finding("capture_verdict", 24, 0, "info", "input_bound"), 57)
+        >>> late.reported_at_step, late.details
+        (57, {'reported_at_step': 57})
+    """
+    return replace(finding, details={**finding.details, _REPORTED_AT: reached})
+
 
 FindingHandler = Callable[[Finding], None]
 
@@ -103,12 +123,16 @@ class FindingsFile:
 def log_finding(finding: Finding) -> None:
     """Sends a finding to ``logging.getLogger("profcallbacks")`` at its severity, as
     ``[rank R step S] kind: message``; a message that starts by repeating its kind in words
-    (``"dataloader stall: ..."``) is not repeated."""
+    (``"dataloader stall: ..."``) is not repeated. A finding that came after findings of later
+    steps (``details["reported_at_step"]``: a verdict the export helper made for an earlier
+    capture) says so: ``[rank R step S, reported at step T]``."""
     message, said = finding.message, finding.kind.replace("_", " ") + ":"
     if message[:len(said)].lower() == said:
         message = message[len(said):].lstrip()
-    log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %d] %s: %s",
-            finding.rank, finding.step, finding.kind, message)
+    late = finding.reported_at_step
+    where = finding.step if late is None else f"{finding.step}, reported at step {late}"
+    log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %s] %s: %s",
+            finding.rank, where, finding.kind, message)
 
 
 class FindingRouter:

@@ -158,6 +158,8 @@ class ProfilerCallback(TrainerCallback):
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, **kwargs: Any) -> None:
         if self._closer is not None and self.session is not None:
+            if kwargs.get("train_dataloader") is not None:  # a further pass: workers may restart
+                self.session.set_loader(kwargs["train_dataloader"])
             self.session.resume()
 
     @override

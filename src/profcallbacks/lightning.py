@@ -174,6 +174,11 @@ class ProfilerCallback(Callback):
         self.session.pause()  # epoch start hooks belong to no step: the first batch resumes
 
     @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.session is not None:  # a further pass over the loader: stall advice counts them
+            self.session.set_loader(trainer.train_dataloader)
+
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
         if self.session is not None:

@@ -114,7 +114,8 @@ class Participant:
         return ()
 
     def close(self, *, failed: bool) -> None:
-        """The run is over (``failed``: it ends with an error)."""
+        """The run is over (``failed``: it ends with an error); findings made here are handed
+        over by ``take_findings`` right after (e.g. a stall too short for its hold)."""
 
 
 def defining(participants: Iterable[Participant], hook: str) -> list[Participant]:

@@ -98,19 +98,33 @@ def _has_length(loader: object) -> bool:
     return True
 
 
+def restarts_workers(info: LoaderInfo) -> bool:
+    """Each pass over the loader starts its worker processes again (``num_workers > 0``,
+    ``persistent_workers=False``, an epoch that ends): its first batch waits for them.
+
+    Example:
+        >>> restarts_workers({"num_workers": 2, "persistent_workers": False})
+        True
+    """
+    return (bool(info.get("num_workers")) and not info.get("persistent_workers")
+            and info.get("epoch_ends") is not False)
+
+
 def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> list[str]:
     """Concrete changes to try for a loader that cannot keep up, most likely first.
 
     Args:
-        info: From :func:`describe_loader` (may be empty when the loader is unknown).
+        info: From :func:`describe_loader` (may be empty when the loader is unknown), with
+            ``passes``: the passes over it so far (the session counts them).
         bursty: Waits come in bursts (a few long waits, many steps with none).
         startup: The wait follows the start of training or a pause (first batch, worker start-up).
     """
     advice: list[str] = []
     workers = info.get("num_workers")
     cpus = info.get("cpus", 1)
+    passes = int(info.get("passes") or 1)
     if startup:
-        if workers and not info.get("persistent_workers") and info.get("epoch_ends") is not False:
+        if restarts_workers(info):
             advice.append("set persistent_workers=True so workers survive between epochs")
         elif workers == 0:
             advice.append("the first batch is built on the training thread; a slow dataset "
@@ -126,6 +140,10 @@ def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> li
         else:
             advice.append(f"num_workers={workers} already uses every CPU: make each batch "
                           "cheaper rather than adding workers")
+        if passes > 1 and restarts_workers(info):
+            advice.append(f"set persistent_workers=True: the workers were started again for "
+                          f"each of the {passes} passes over the loader so far, and each pass's "
+                          "first batches wait for them")
         if bursty:
             advice.append(f"waits come in bursts: a larger prefetch_factor (now "
                           f"{info.get('prefetch_factor')}) smooths them")

@@ -13,7 +13,7 @@ from operator import add
 
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.base import Participant
-from profcallbacks.detect.loaders import LoaderInfo, stall_advice
+from profcallbacks.detect.loaders import LoaderInfo, restarts_workers, stall_advice
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 from profcallbacks.options.stall import StallConfig
 
@@ -22,11 +22,14 @@ __all__ = ["StallConfig", "StallDetector"]
 
 @dataclass
 class _Block:
+    """A stall episode: pending until it has held ``min_duration_s`` and ``min_steps``."""
+
     first_step: int
     last_step: int = 0
     steps: int = 0
     wait_s: float = 0.0
     time_s: float = 0.0
+    alerted: bool = False
 
     @property
     def share(self) -> float:
@@ -37,13 +40,15 @@ class StallDetector(Participant):
     """Turns step records into ``dataloader_stall`` episodes and isolated-wait notes.
 
     Steps with a profiler attached and steps right after a pause are left out of the statistic;
-    a long wait right after the start or a pause is reported as a start-up wait instead.
+    a long wait right after the start or a pause is reported as a start-up wait instead. An
+    episode alerts once it has held ``min_duration_s`` and ``min_steps``; ``close`` reports one
+    that covers most of a run too short for that (``take_findings`` hands it over).
 
     Example:
         >>> detector = StallDetector(StallConfig(), rank=0)
-        >>> findings = [f for i in range(40) for f in detector.observe(StepRecord(i, 0.01, 0.004))]
-        >>> findings[0].kind, findings[0].details["share"]
-        ('dataloader_stall', 0.4)
+        >>> findings = [f for i in range(300) for f in detector.observe(StepRecord(i, 0.01, 0.004))]
+        >>> findings[0].kind, findings[0].details["share"], findings[0].details["held_s"]
+        ('dataloader_stall', 0.4, 2.0)
     """
 
     def __init__(self, config: StallConfig, rank: int = 0) -> None:
@@ -63,13 +68,22 @@ class StallDetector(Participant):
         self._waits: deque[float] = deque(maxlen=self._step_times.maxlen)
         self._reference_s: float | None = None  # median step time of the recent steps
         self._episode: _Block | None = None
+        self._judged_s = 0.0  # step time of the closed blocks: the run's time the median judged
+        self._at_end: list[Finding] = []  # an episode reported by close()
         self._isolated_reports = 0
+        self._restarted = False  # a pass began that starts the loader's workers again
 
     def _blocks_needed(self) -> int:
         return max(3, math.ceil(self.config.window / self._block_len))
 
     def set_loader(self, info: LoaderInfo) -> None:
-        """Use what is known of the loader (from ``describe_loader``) for block size and advice."""
+        """Use what is known of the loader (from ``describe_loader``) for block size and advice.
+
+        A further pass over a loader whose workers start again (``info["passes"]``, counted by
+        the session) makes the next start-up wait that pass's.
+        """
+        passes = int(info.get("passes") or 1)
+        self._restarted = passes > int(self.loader.get("passes") or 1) and restarts_workers(info)
         self.loader = dict(info)
         block = max(self.config.block_steps, int(info.get("num_workers") or 0))
         if block != self._block_len:
@@ -181,6 +195,7 @@ class StallDetector(Participant):
             self._blocks.append((first + i + q * size, first + i + (q + 1) * size - 1, size,
                                  wait_sums[q], time_sums[q]))
         self._shares.extend(shares)
+        self._judged_s = reduce(add, time_sums, self._judged_s)  # block by block, in order
         self._blocks_closed += count
         self._block_first = first + end - size
         self._reference_s, self._isolated_limit_s = reference, limits[-1]
@@ -199,6 +214,7 @@ class StallDetector(Participant):
         self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
         self._blocks.append(block)
         self._shares.append(wait_s / time_s if time_s > 0 else 0.0)
+        self._judged_s += time_s
         self._blocks_closed += 1
         if self._blocks_closed % self._needed == 1:  # the first block, then once a window
             self._reference_s = median(self._step_times)
@@ -218,31 +234,63 @@ class StallDetector(Participant):
             for _, _, steps, wait_s, time_s in self._blocks:
                 episode.steps, episode.wait_s = episode.steps + steps, episode.wait_s + wait_s
                 episode.time_s += time_s
-            return [self._stall_finding(episode, share)]
+            return self._held(episode, share)
+        if not episode.alerted and share < self.config.share_threshold:
+            self._episode = None  # it did not hold: a burst (e.g. a co-tenant's), not a stall
+            return []
         _, last, steps, wait_s, time_s = latest
         episode.last_step, episode.steps = last, episode.steps + steps
         episode.wait_s, episode.time_s = episode.wait_s + wait_s, episode.time_s + time_s
+        if not episode.alerted:
+            return self._held(episode, share)
         if share >= self.config.clear_share:
             return []
         self._episode = None
         return [self._cleared_finding(episode, share)]
 
-    def _stall_finding(self, episode: _Block, share: float) -> Finding:
+    def _held(self, episode: _Block, share: float) -> list[Finding]:
+        """The alert, once the episode has held ``min_duration_s`` and ``min_steps``."""
+        if episode.time_s < self.config.min_duration_s or episode.steps < self.config.min_steps:
+            return []
+        episode.alerted = True
+        return [self._stall_finding(episode, share)]
+
+    def close(self, *, failed: bool) -> None:
+        """The run ended: an episode still holding that covers most of the steps judged (a run
+        too short for ``min_duration_s``) is reported, saying so."""
+        episode = self._episode
+        if episode is None or episode.alerted:
+            return
+        if episode.time_s < 0.5 * (self._judged_s + self._block_time_s):
+            return  # a stretch at the end of the run, not most of it: it did not hold
+        episode.alerted = True
+        self._at_end.append(self._stall_finding(episode, median(self._shares), run_ended=True))
+
+    def take_findings(self) -> Iterable[Finding]:
+        found, self._at_end = self._at_end, []
+        return found
+
+    def _stall_finding(self, episode: _Block, share: float, *, run_ended: bool = False) -> Finding:
         waits = list(self._waits)
         mean_wait = statistics.fmean(waits)
         bursty = mean_wait > 0 and median(waits) < 0.25 * mean_wait
         advice = stall_advice(self.loader, bursty=bursty)
         wait_ms = 1e3 * episode.wait_s / episode.steps
         step_ms = 1e3 * episode.time_s / episode.steps
+        held = (f", most of the run: the run ended before the stall had lasted "
+                f"{self.config.min_duration_s:g} s" if run_ended else "")
         message = (f"{share:.0%} of step time waiting for data ({wait_ms:.1f} ms "
                    f"of {step_ms:.1f} ms per step) over steps {episode.first_step}-"
-                   f"{episode.last_step}; a loader that keeps up would make steps up to "
-                   f"{1 / max(1 - share, 1e-3):.2f}x faster. Try: {'; '.join(advice)}.")
+                   f"{episode.last_step} ({episode.time_s:.1f} s{held}); a loader that keeps up "
+                   f"would make steps up to {1 / max(1 - share, 1e-3):.2f}x faster. "
+                   f"Try: {'; '.join(advice)}.")
         return Finding(DATALOADER_STALL, episode.last_step, self.rank, "warning", message, {
             "share": round(share, 4), "share_mean": round(episode.wait_s / episode.time_s, 4),
             "data_wait_ms_per_step": round(wait_ms, 3), "step_time_ms": round(step_ms, 3),
             "first_step": episode.first_step, "last_step": episode.last_step,
-            "steps": episode.steps, "bursty": bursty, "threshold": self.config.share_threshold,
+            "steps": episode.steps, "held_s": round(episode.time_s, 3),
+            "min_duration_s": self.config.min_duration_s, "run_ended": run_ended,
+            "bursty": bursty, "threshold": self.config.share_threshold,
             "block_steps": self._block_len, "loader": self.loader, "advice": advice})
 
     def _cleared_finding(self, episode: _Block, share: float) -> Finding:
@@ -260,22 +308,28 @@ class StallDetector(Participant):
         floor = self.config.isolated_min_s
         if self._reference_s is not None:
             floor = max(floor, self.config.isolated_factor * self._reference_s)
+        restarted, self._restarted = self._restarted, False
         if record.data_wait_s < floor or record.data_wait_s <= 0:
             return []
-        return self._isolated(record, "startup", self._reference_s)
+        return self._isolated(record, "startup", self._reference_s, restarted=restarted)
 
-    def _isolated(self, record: StepRecord, pattern: str, reference: float | None) -> list[Finding]:
+    def _isolated(self, record: StepRecord, pattern: str, reference: float | None, *,
+                  restarted: bool = False) -> list[Finding]:
         if self._isolated_reports >= self.config.max_isolated_reports:
             return []
         self._isolated_reports += 1
         last = self._isolated_reports == self.config.max_isolated_reports
-        what = ("after the start or a pause (first batch, worker start-up)" if pattern == "startup"
-                else "once, between steps with short waits (not a sustained stall)")
+        what = ("once, between steps with short waits (not a sustained stall)"
+                if pattern != "startup" else
+                f"at the start of pass {self.loader.get('passes')} over the loader (its "
+                f"{self.loader.get('num_workers')} workers start again for each pass)"
+                if restarted else "after the start or a pause (first batch, worker start-up)")
         advice = stall_advice(self.loader, bursty=False, startup=pattern == "startup")
         message = (f"isolated data wait of {record.data_wait_s * 1e3:.1f} ms at step {record.step} "
                    f"{what}" + (f". Try: {'; '.join(advice)}" if advice else "")
                    + (". Further isolated waits are not reported." if last else "."))
         details = {"pattern": pattern, "data_wait_ms": round(record.data_wait_s * 1e3, 3),
+                   "workers_restarted": restarted,
                    "step_time_ms": round(record.step_time_s * 1e3, 3), "advice": advice,
                    "median_step_time_ms": None if reference is None else round(reference * 1e3, 3)}
         return [Finding(DATALOADER_WAIT, record.step, self.rank, "info", message, details)]

@@ -29,7 +29,14 @@ from profcallbacks.detect.base import (
 )
 from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
-from profcallbacks.findings import Finding, FindingHandler, FindingRouter, FindingsFile, log_finding
+from profcallbacks.findings import (
+    Finding,
+    FindingHandler,
+    FindingRouter,
+    FindingsFile,
+    log_finding,
+    reported_late,
+)
 from profcallbacks.layout import META_DIR, findings_file, new_run_id, run_specific_file, steps_file
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
@@ -127,6 +134,9 @@ class ProfilingSession:
         self._compile: CompileWatcher | None = None  # once torch.compile is in use
         self._opened = False
         self._warned_closed = False
+        self._loader_passes = 0  # passes over the loader (set_loader calls with steps between)
+        self._latest_finding_step = -1  # the latest step of a finding emitted so far
+        self._loader_step: int | None = None  # the step in progress at the last set_loader
 
     def _own_participants(self, start_step: int, auditor: StepAuditor | None) -> list[Participant]:
         """The session's participants, in the order every hook runs (the detectors follow):
@@ -182,17 +192,35 @@ class ProfilingSession:
         self._captures.captures_started = captures_started
 
     def set_loader(self, loader: object) -> None:
-        """Tell the participants which loader feeds the steps (its settings shape their advice)."""
+        """Tell the participants which loader feeds the steps (its settings shape their advice).
+
+        Front ends call it again before each further pass over the loader (``StepProfiler.wrap``
+        does, the HF callback at each epoch). When that pass starts the loader's workers again
+        (``num_workers > 0``, ``persistent_workers=False``), its first step waits for their
+        start-up: it counts as a step after a start or a pause (a start-up wait, out of the
+        statistics), as an epoch's first step does where the front end pauses between epochs.
+        """
         try:
             info = describe_loader(loader)
         except Exception as exc:
             log.warning("profcallbacks: cannot read the loader's settings (%s).", exc)
             return
+        new_pass = self._loader_step is None or self.step > self._loader_step  # steps since
+        self._loader_passes += new_pass
+        self._loader_step = self.step
+        info["passes"] = self._loader_passes
+        restart = (new_pass and self._loader_passes > 1 and bool(info.get("num_workers"))
+                   and not info.get("persistent_workers") and self._opened and not self._paused)
+        if restart:  # the steps so far are complete: a block boundary, as at a pause
+            now = self._clock()
+            self._end_block(now)
         for participant in list(self._participants):
             try:
                 participant.set_loader(info)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, self.step, exc)
+        if restart:
+            self._begin_block(now, after_pause=True)
 
     def add_detector(self, detector: Detector | Participant) -> None:
         """Run ``detector`` on every finished step from now on (your own, or a test's recorder).
@@ -219,9 +247,19 @@ class ProfilingSession:
         self._router.add_handler(handler)
 
     def emit(self, finding: Finding) -> None:
-        """Deliver ``finding`` to every sink (detectors outside the step loop use this too)."""
+        """Deliver ``finding`` to every sink (detectors outside the step loop use this too).
+
+        One that comes after findings of later steps (a verdict the export helper made for an
+        earlier capture) carries ``details["reported_at_step"]``: logs and findings files are
+        streams, so it says where the run was when it came.
+        """
         if self._lock is not None and self._lock.lost and not self._left_shared:
             self._leave_shared_files(self._lock)
+        latest = self._latest_finding_step
+        if finding.step < latest:
+            finding = reported_late(finding, max(latest, self.step - 1))
+        else:
+            self._latest_finding_step = finding.step
         self._router.emit(finding)
 
     @property

@@ -43,7 +43,8 @@ def sparkline(values: list[float], width: int = 30) -> str:
 
 def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8,
            max_captures: int = 8, now: float | None = None) -> RenderableType:
-    """One frame: header, per-rank table, captures (newest first), findings (newest first)."""
+    """One frame: header, per-rank table, captures (newest first), findings (latest step
+    first)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if not state.exists:
         return Text(f"profcallbacks watch {state.logdir}  {stamp}\n"
@@ -143,13 +144,33 @@ def _captures_table(state: LogdirState, limit: int) -> RenderableType:
     return table
 
 
+def in_step_order(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest steps first, runs of the directory in the order they came (a verdict the
+    export helper made for an earlier capture sits at that capture's step, not at the top).
+
+    Example:
+        >>> rows = [{"step": 26, "kind": "dataloader_stall"}, {"step": 24, "kind": "capture_verdict"}]
+        >>> [r["step"] for r in in_step_order(rows)]
+        [26, 24]
+    """
+    runs: dict[Any, int] = {}
+    for row in findings:
+        runs.setdefault(row.get("run"), len(runs))
+
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        step = row.get("step")
+        return runs[row.get("run")], step if isinstance(step, int) else -1
+
+    return sorted(findings[::-1], key=key, reverse=True)  # stable: the newest of a step first
+
+
 def _findings_table(state: LogdirState, limit: int) -> RenderableType:
     if not state.findings:
         return Text("no findings yet", style="dim")
-    table = Table(title="Findings (newest first)", title_justify="left")
+    table = Table(title="Findings (latest step first)", title_justify="left")
     for name in ("step", "rank", "severity", "kind", "message"):
         table.add_column(name, overflow="fold" if name == "message" else "ellipsis")
-    for f in list(state.findings)[::-1][:limit]:
+    for f in in_step_order(list(state.findings))[:limit]:
         severity = str(f.get("severity", "info"))
         message = str(f.get("message", ""))
         table.add_row(str(f.get("step", "-")), str(f.get("rank", "-")),

@@ -1,0 +1,168 @@
+"""DataLoader workers started again for every epoch (``num_workers=2``,
+``persistent_workers=False``): each epoch's first batch waits for them, and the findings say
+``persistent_workers=True``; with it, the later epochs wait for nothing."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from profcallbacks import StepProfiler
+from profcallbacks.detect.loaders import restarts_workers, stall_advice
+from profcallbacks.findings import DATALOADER_STALL, DATALOADER_WAIT
+
+EPOCHS = 4
+WORKER_START_S = 0.3
+
+
+def slow_worker_start(worker_id: int) -> None:
+    time.sleep(WORKER_START_S)  # each worker opens its files, loads an index, a tokenizer...
+
+
+class Samples(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((16,), float(i))
+
+
+def train(tmp_path, *, persistent: bool) -> tuple[StepProfiler, float]:
+    loader = DataLoader(Samples(), batch_size=4, num_workers=2, persistent_workers=persistent,
+                        worker_init_fn=slow_worker_start)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    prof = StepProfiler(tmp_path, schedule=None, tensorboard_scalars=False, slowdown=None,
+                        watch_capture_file=False, sync_audit=False, memory=None)
+    with prof:
+        began = time.perf_counter()
+        for _ in range(EPOCHS):
+            for x in prof.wrap(loader):
+                model(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+                time.sleep(0.005)
+                prof.step()
+        took_s = time.perf_counter() - began
+    return prof, took_s
+
+
+@pytest.mark.slow
+def test_workers_started_again_every_epoch_are_told_to_persist(tmp_path):
+    prof, restarting_s = train(tmp_path / "restart", persistent=False)
+    waits = [f for f in prof.findings if f.kind == DATALOADER_WAIT]
+    assert [f.step for f in waits] == [0, 8, 16, 24]  # each epoch's first step (8 per epoch)
+    assert all(f.details["pattern"] == "startup" for f in waits)
+    assert [f.details["workers_restarted"] for f in waits] == [False, True, True, True]
+    assert all(f.details["data_wait_ms"] >= WORKER_START_S * 1e3 * 0.9 for f in waits)
+    assert "at the start of pass 2 over the loader (its 2 workers start again for each pass)" \
+        in waits[1].message
+    assert all("set persistent_workers=True so workers survive between epochs" in f.message
+               for f in waits)
+    assert not [f for f in prof.findings if f.kind == DATALOADER_STALL]
+
+    kept, persistent_s = train(tmp_path / "persistent", persistent=True)
+    assert [f.step for f in kept.findings if f.kind == DATALOADER_WAIT] == [0]  # start-up once
+    assert persistent_s < restarting_s - (EPOCHS - 2) * WORKER_START_S, (persistent_s, restarting_s)
+
+
+def test_stall_advice_names_persistent_workers_after_several_passes():
+    info = {"type": "DataLoader", "num_workers": 2, "persistent_workers": False, "cpus": 4,
+            "epoch_ends": True, "prefetch_factor": 2}
+    assert restarts_workers(info)
+    assert not any("persistent_workers" in a for a in stall_advice(info, bursty=False))
+    advice = stall_advice({**info, "passes": 3}, bursty=False)
+    assert ("set persistent_workers=True: the workers were started again for each of the 3 "
+            "passes over the loader so far, and each pass's first batches wait for them") in advice
+    for kept in ({"persistent_workers": True}, {"epoch_ends": False}, {"num_workers": 0}):
+        assert not restarts_workers({**info, **kept})
+        assert not any("persistent_workers=True:" in a
+                       for a in stall_advice({**info, **kept, "passes": 3}, bursty=False))
+
+
+class LazyOpen(Dataset[dict[str, torch.Tensor]]):
+    """``size`` samples of ``load_s`` each; a worker process opens its data on its first sample
+    (``WORKER_START_S``)."""
+
+    def __init__(self, size: int = 8, load_s: float = 0.0) -> None:
+        self.size, self.load_s = size, load_s
+        self._opened_in: int | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if self._opened_in != os.getpid():
+            time.sleep(WORKER_START_S)
+            self._opened_in = os.getpid()
+        if self.load_s:
+            time.sleep(self.load_s)
+        return {"x": torch.full((4,), float(i))}
+
+
+class Regression(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": self.linear(x).square().mean()}
+
+
+OPTIONS = dict(schedule=None, tensorboard_scalars=False, slowdown=None, watch_capture_file=False,
+               sync_audit=False, memory=None)
+
+
+@pytest.mark.slow
+def test_hf_epochs_that_start_workers_again_are_told_to_persist(tmp_path):
+    """3 epochs of 4 steps through the HF Trainer (which does not pause between epochs: its
+    callback tells the session of each epoch's pass): each epoch's first wait names the restart."""
+    transformers = pytest.importorskip("transformers")
+    from profcallbacks.hf import ProfilerCallback
+
+    callback = ProfilerCallback(tmp_path, **OPTIONS)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), num_train_epochs=3, per_device_train_batch_size=2,
+        use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+        dataloader_num_workers=2, remove_unused_columns=False, disable_tqdm=True)
+    transformers.Trainer(model=Regression(), args=args, train_dataset=LazyOpen(),
+                         callbacks=[callback]).train()
+    waits = [f for f in callback.findings if f.kind == DATALOADER_WAIT]
+    assert [f.step for f in waits] == [0, 4, 8], [f.message for f in waits]
+    assert [f.details["workers_restarted"] for f in waits] == [False, True, True]
+    assert all(f.details["data_wait_ms"] >= WORKER_START_S * 1e3 * 0.9 for f in waits)
+    assert all("set persistent_workers=True" in f.message for f in waits)
+
+
+@pytest.mark.slow
+def test_lightning_counts_its_epochs_passes_for_the_stall_advice(tmp_path):
+    """Lightning fetches an epoch's first batch in its epoch set-up (no step: the workers'
+    start-up is not seen as a wait there), but its callback counts the passes: the stall of a
+    slow loader over 4 epochs (a run too short for the hold, reported at its end) names them."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from profcallbacks.lightning import ProfilerCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Regression()
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch["x"])["loss"]
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    callback = ProfilerCallback(tmp_path, **OPTIONS)
+    trainer = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, callbacks=[callback],
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(Module(), DataLoader(LazyOpen(16, 0.03), batch_size=2, num_workers=2))
+    (stall,) = [f for f in callback.findings if f.kind == DATALOADER_STALL]
+    assert stall.details["loader"]["passes"] == 4, stall.message
+    assert any(a.startswith("set persistent_workers=True: the workers were started again for "
+                            "each of the 4 passes") for a in stall.details["advice"]), stall.message

@@ -76,8 +76,10 @@ def detectors():
         gathered.append(mine)  # rank 1 is 30% slower than this rank
         return [mine, [mine[0] * 1.3, mine[1], mine[2]]]
 
-    stall = StallConfig(window=20, block_steps=4, min_duration_s=1.5, min_steps=30)
-    return [StallDetector(stall, rank=0),
+    stall = StallDetector(StallConfig(window=20, block_steps=4, min_duration_s=1.5, min_steps=30),
+                          rank=0)
+    stall.set_loader({"num_workers": 2, "persistent_workers": False, "epoch_ends": True})
+    return [stall,  # after a pause, the second step's wait belongs to the start-up (2 workers)
             SlowdownDetector(slowdown, rank=0),
             StragglerDetector(StragglerConfig(every_n_steps=100, consecutive=2, min_steps=10),
                               rank=0, gather=gather)], gathered
@@ -195,6 +197,35 @@ def test_a_stall_reported_at_the_run_end_is_the_same_block_by_block(seed):
         found += detector.take_findings()
     assert key(got) == key(expected) and state(by_block) == state(by_step)
     assert [(f.kind, f.details["run_ended"]) for f in got] == [("dataloader_stall", True)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_start_up_waits_of_each_worker_are_the_same_block_by_block(seed):
+    """Passes that start 2 workers again every 50 steps: the first two steps wait for them
+    (one start-up note each pass, no isolated wait), whichever way the steps came."""
+    rng = random.Random(seed)
+    waits = [0.3 if i % 50 == 0 else 0.2 if i % 50 == 1 else 0.0005 for i in range(400)]
+    waits[125] = 0.25  # an isolated wait of its own
+    times = [0.010 * rng.uniform(0.9, 1.1) + w for w in waits]
+    cuts, first = [], 0
+    while first < len(times):  # a block begins at each pass, others where they fall
+        end = min(first + rng.randint(1, 64), (first // 50 + 1) * 50)
+        cuts.append((first, end, first % 50 == 0))
+        first = end
+    info = {"num_workers": 2, "persistent_workers": False, "epoch_ends": True}
+    by_step, by_block = StallDetector(StallConfig()), StallDetector(StallConfig())
+    by_step.set_loader(info)
+    by_block.set_loader(info)
+    expected, got = [], []
+    for first, end, after_pause in cuts:
+        expected += [f for k in range(first, end) for f in by_step.observe(
+            StepRecord(k, times[k], waits[k], False, after_pause and k == first))]
+        got += by_block.observe_block(first, times[first:end], waits[first:end], False,
+                                      after_pause)
+        assert state(by_block) == state(by_step), first
+    assert key(got) == key(expected)
+    assert [(f.step, f.details["pattern"]) for f in got] == [
+        (0, "startup"), (50, "startup"), (100, "startup"), (125, "isolated"), (150, "startup")]
 
 
 def test_short_steps_are_summarised_in_longer_intervals_that_last_min_s():

@@ -72,6 +72,7 @@ class StallDetector(Participant):
         self._at_end: list[Finding] = []  # an episode reported by close()
         self._isolated_reports = 0
         self._restarted = False  # a pass began that starts the loader's workers again
+        self._startup_until = 0  # steps before this one wait for the workers' start-up too
 
     def _blocks_needed(self) -> int:
         return max(3, math.ceil(self.config.window / self._block_len))
@@ -102,7 +103,8 @@ class StallDetector(Participant):
             return self._startup_wait(record)
         wait_s, time_s = record.data_wait_s, record.step_time_s
         found: list[Finding] = []
-        if wait_s >= self._isolated_limit_s and self._episode is None:
+        if (wait_s >= self._isolated_limit_s and self._episode is None
+                and record.step >= self._startup_until):
             found += self._isolated(record, "isolated", self._reference_s)
         self._step_times.append(time_s)
         self._waits.append(wait_s)
@@ -139,7 +141,7 @@ class StallDetector(Participant):
             if self._episode is None and max(seg_waits) >= self._isolated_limit_s:
                 limit = self._isolated_limit_s
                 for k in range(i, j):
-                    if waits[k] >= limit:
+                    if waits[k] >= limit and first + k >= self._startup_until:
                         found += self._isolated(StepRecord(first + k, times[k], waits[k]),
                                                 "isolated", self._reference_s)
             seg_times = times[i:j]
@@ -309,6 +311,8 @@ class StallDetector(Participant):
         if self._reference_s is not None:
             floor = max(floor, self.config.isolated_factor * self._reference_s)
         restarted, self._restarted = self._restarted, False
+        # each worker's first batch waits for its start-up: not isolated waits of their own
+        self._startup_until = record.step + max(1, int(self.loader.get("num_workers") or 0))
         if record.data_wait_s < floor or record.data_wait_s <= 0:
             return []
         return self._isolated(record, "startup", self._reference_s, restarted=restarted)

@@ -27,6 +27,9 @@ TESTS=(
   tests/test_faults_reruns.py
   tests/test_docs.py
 )
+# Left to the main suite: two processes publishing one capture, which on a loaded machine can miss
+# the slower rank's trace; nothing in it depends on the versions pinned here (a plain loop, the report).
+SKIP=(--deselect tests/test_report.py::test_two_ranks_merged_with_a_straggler)
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
@@ -48,17 +51,24 @@ fi
 "$VENV/bin/python" - "$CONSTRAINTS" <<'EOF'
 import re
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
 from packaging.specifiers import SpecifierSet
 
 pins = [m.groups() for m in map(re.compile(r"([A-Za-z0-9_.-]+)([<>=!][^\s#]*)").match, open(sys.argv[1])) if m]
-wrong = [f"{name}: pinned {spec}, installed {version(name)}" for name, spec in pins
-         if version(name) not in SpecifierSet(spec)]  # ==2.13.0 takes 2.13.0+cpu too
+wrong = []
+for name, spec in pins:
+    try:
+        have = version(name)
+    except PackageNotFoundError:  # a misspelt name: pip ignores a constraint on what it does not install
+        wrong.append(f"{name}: pinned {spec}, not installed")
+        continue
+    if have not in SpecifierSet(spec):  # ==2.13.0 takes 2.13.0+cpu too
+        wrong.append(f"{name}: pinned {spec}, installed {have}")
 if wrong:
     sys.exit("oldest-versions install does not match the constraints: " + "; ".join(wrong))
 print("oldest versions:", ", ".join(f"{name} {version(name)}" for name, _ in pins))
 EOF
 echo "oldest-versions install took $(( $(date +%s) - start )) s"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --disable-warnings "${TESTS[@]}"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --disable-warnings "${SKIP[@]}" "${TESTS[@]}"
 echo "oldest-versions install and tests took $(( $(date +%s) - start )) s"

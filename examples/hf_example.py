@@ -10,6 +10,7 @@ Then:    tensorboard --logdir runs/hf      (the Trainer's scalars and the captur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,10 @@ from transformers import Trainer, TrainingArguments  # noqa: E402
 
 from profcallbacks import Schedule  # noqa: E402
 from profcallbacks.hf import ProfilerCallback  # noqa: E402
+
+# transformers 4.40 names it `evaluation_strategy`; 4.41 added `eval_strategy`, 4.46 dropped the old name
+EVAL_STRATEGY = next(name for name in ("eval_strategy", "evaluation_strategy")
+                     if name in {f.name for f in dataclasses.fields(TrainingArguments)})
 
 
 class TinyRegressor(nn.Module):
@@ -75,7 +80,7 @@ def training_args(output_dir: str, *, max_steps: int, grad_accum: int = 1, eval_
         per_device_eval_batch_size=8, gradient_accumulation_steps=grad_accum, learning_rate=1e-3,
         logging_steps=1, save_strategy="no", report_to=report_to, use_cpu=True,
         dataloader_num_workers=0, disable_tqdm=True,
-        eval_strategy="steps" if eval_steps else "no", eval_steps=eval_steps or None, **extra)
+        eval_steps=eval_steps or None, **{EVAL_STRATEGY: "steps" if eval_steps else "no"}, **extra)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -59,3 +60,26 @@ def small_disk_fixture() -> Iterator[SmallDisk]:
     finally:
         subprocess.run(["umount", "-l", str(root)], check=False)
         root.rmdir()
+
+
+def small_run(logdir: Path, steps: int, **options: object) -> Path:
+    """A short plain-loop run: one capture of steps 2-3, a steps-file row every 5 steps, no
+    detectors; ``options`` go to the profiler. Returns ``logdir``."""
+    from helpers import tiny_model, train_step
+    from profcallbacks import Schedule, StepProfiler
+
+    model, opt = tiny_model()
+    with StepProfiler(logdir, schedule=Schedule(skip_first=2, warmup=0, active=2, repeat=1),
+                      log_every_n_steps=5, stall=None, slowdown=None, sync_audit=False,
+                      **options) as prof:  # type: ignore[arg-type]
+        for _ in range(steps):
+            train_step(model, opt)
+            prof.step()
+    return logdir
+
+
+def copied_run(run: Path, tmp_path: Path) -> Path:
+    """A copy of ``run`` the test may spoil (the module's run is made once)."""
+    logdir = tmp_path / "run"
+    shutil.copytree(run, logdir)
+    return logdir

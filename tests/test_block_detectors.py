@@ -137,7 +137,7 @@ def test_observe_block_equals_observe_step_by_step(seed):
 def reference_summary(records: list[StepRecord]) -> IntervalSummary:
     """The summary of ``records`` as StepTimes made it from one record per step."""
     times = [r.step_time_s for r in records]
-    healthy = [r for r in records if not r.captured]
+    healthy = [r for r in records if not r.excluded]
     slowest = max(healthy or records, key=lambda r: r.step_time_s)
     n = len(records)
     return IntervalSummary(

@@ -17,18 +17,13 @@ from profcallbacks.capture.retention import logdir_capture_bytes
 from profcallbacks.capture.trimming import CaptureSizer
 from profcallbacks.layout import retention_log_file
 from profcallbacks.report import build_report, locate_run
+from profcallbacks.report.html import render_html
 from profcallbacks.report.text import render_text
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 QUIET = {"tensorboard_scalars": False, "watch_capture_file": False, "slowdown": None,
          "stall": None, "sync_audit": False, "memory": None}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def many_modules(n: int = 12) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -76,6 +71,9 @@ def test_with_stack_and_shapes_stay_under_a_small_budget_with_trims_recorded(tmp
     report = build_report(locate_run(tmp_path))
     assert all("with_stack off" in c["budget"]["trimmed"] for c in report["captures"])
     assert "trimmed to 30 kB: " in render_text(report)
+    page = render_html(report)
+    section = page[page.index("<h2 id=budgets>Trace budgets</h2>"):]
+    assert section.count("trimmed to 30 kB: ") == 2 and "with_stack off" in section
 
 
 def test_without_a_budget_the_same_capture_keeps_its_stacks(tmp_path):
@@ -127,6 +125,7 @@ def test_a_capture_over_its_budget_is_kept_marked_and_the_next_is_trimmed(tmp_pa
     assert later and later[0]["files"][0]["bytes"] <= 150_000, sizes
     assert later[0]["budget"]["trimmed"], sizes
     assert "kept whole" in render_text(report)
+    assert "step000009-schedule: over its budget of 150 kB, kept whole" in render_html(report)
 
 
 def test_repeat_forever_keeps_the_log_directory_in_budget_oldest_healthy_first(tmp_path):

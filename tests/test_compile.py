@@ -92,7 +92,7 @@ def test_new_lengths_recompile_then_fall_back_to_eager(tmp_path: Path) -> None:
     by_step = {row["first_step"]: row for row in rows(tmp_path)}
     compiled = sorted(step for step, row in by_step.items() if row.get("compile_ms"))
     assert compiled == [0, 3, 6]
-    assert all(by_step[step]["steps_excluded"] == 1 and by_step[step]["healthy_us"] == []
+    assert all(by_step[step]["steps_excluded"] == 1 and by_step[step]["counted_us"] == []
                for step in compiled)
     assert all(row["steps_excluded"] == 0 for step, row in by_step.items() if step not in compiled)
     total_ms = sum(row.get("compile_ms", 0.0) for row in by_step.values())
@@ -200,6 +200,7 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     from profcallbacks import Schedule
     from profcallbacks.report import build_report, compare_reports, render_compare_text, render_text
     from profcallbacks.report.build import locate_run
+    from profcallbacks.report.html import render_html
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
     compiled = tmp_path / "compiled"
@@ -225,6 +226,10 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     assert "x.size(1) changed 5 -> 6" in diagnosed["recompiles"]["evidence"][0]
     assert "recompiles: up to" in text
     assert "try torch.compile" not in text and "Fuse kernels (torch.compile)" not in text
+    page = render_html(report)
+    section = page[page.index("<h2 id=compile>torch.compile</h2>"):]
+    assert "recompiles: 2" in section and "x.size(1) changed 5 -&gt; 6" in section
+    assert "fell back to eager: forward()" in section
 
     from rich.console import Console
 
@@ -244,6 +249,7 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     train(StepProfiler(eager, **QUIET), Shaped(), [4] * 12)
     plain = build_report(locate_run(eager))
     assert plain["compile"] is None and "torch.compile\n" not in render_text(plain)
+    assert "id=compile" not in render_html(plain)
     cmp = compare_reports(plain, report)
     assert cmp["compile"]["recompiles"] == {"a": 0, "b": 2}
     assert "recompiles 0 -> 2, fallbacks to eager 0 -> 1" in render_compare_text(cmp)

@@ -15,15 +15,9 @@ from profcallbacks import Schedule, StepProfiler, TraceOptions
 from profcallbacks.findings import CAPTURE_VERDICT
 from profcallbacks.report import build_report, locate_run
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SCHEDULE = Schedule(skip_first=3, warmup=1, active=3)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def profiled(logdir: Path, step: Callable[[object], None], loader, *,

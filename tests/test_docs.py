@@ -104,7 +104,7 @@ def tiny_hf(tmp_path: Path) -> dict:
     ds = [{"x": torch.randn(8)} for _ in range(160)]
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "hf"), max_steps=20, per_device_train_batch_size=4,
-        use_cpu=True, report_to=[], save_strategy="no", eval_strategy="no",
+        use_cpu=True, report_to=[], save_strategy="no",
         disable_tqdm=True, remove_unused_columns=False)
     return {"model": Tiny(), "args": args, "ds": ds, "eval_ds": ds[:16]}
 

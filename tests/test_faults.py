@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from helpers import capture_dirs, captured_steps, tiny_model, train_step
+from helpers import capture_dirs, captured_steps, load_trace, tiny_model, train_step
 from profcallbacks import ProfilerConfig, Schedule, StepProfiler, TraceOptions
 from profcallbacks.capture import exporter as export_helper
 
@@ -151,3 +151,43 @@ def test_a_raw_trace_orjson_refuses_is_still_written(tmp_path):
     trace = json.loads(gzip.decompress(trace_file.read_bytes()))
     assert trace["traceEvents"][0]["args"]["id"] == 2 ** 70
     assert trace["profcallbacks"]["steps"] == [3]
+
+
+def test_a_rank_still_writing_when_another_publishes_the_capture_lands_in_it(tmp_path,
+                                                                              monkeypatch):
+    """Two ranks of one capture: rank 1 is writing its file into the stage when rank 0, done
+    waiting, publishes the stage (it moves, rank 1's file with it). Rank 1's file still ends up
+    in the capture under its final name, not as a half-named ``.ready`` left there."""
+    from profcallbacks.capture import trace_writer
+    from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
+    from profcallbacks.core.ranks import RankInfo
+
+    writers = [trace_writer.CaptureWriter(tmp_path, tracing_ranks=2, publish_timeout_s=0)
+               for _ in range(2)]
+    infos = [CaptureInfo("step000003-manual", "manual", 3, (StepSpan(3, 10_000, 20_000),), False,
+                         os.getpid(), 1, RankInfo(rank=r, world_size=2)) for r in range(2)]
+    raws = []
+    for info in infos:
+        raw = trace_writer.new_raw_trace_path(tmp_path, info)
+        raw.write_text('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}')
+        raws.append(raw)
+    writers[0].export(raws[0], infos[0])  # staged, waiting for rank 1
+    assert writers[0].exported == []
+    create = trace_writer.create_exclusive
+
+    def create_then_rank0_gives_up(*args, **kwargs):
+        fd = create(*args, **kwargs)
+        monkeypatch.setattr(trace_writer, "create_exclusive", create)
+        writers[0].close()  # publishes the stage with rank 1's file half written in it
+        return fd
+
+    monkeypatch.setattr(trace_writer, "create_exclusive", create_then_rank0_gives_up)
+    writers[1].export(raws[1], infos[1])
+    writers[1].close()
+    final = tmp_path / "step000003-manual"
+    assert sorted(p.name.split("_")[0] for p in final.glob("*.pt.trace.json.gz")) == \
+        ["rank0", "rank1"], sorted(p.name for p in final.iterdir())
+    assert not [p for p in final.iterdir() if p.name.endswith((".ready", ".writing"))]
+    assert [p.name for p in writers[1].exported] == ["step000003-manual"]
+    for path in final.glob("*.pt.trace.json.gz"):
+        load_trace(path)

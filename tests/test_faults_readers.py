@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import tiny_model, train_step
-from profcallbacks import Schedule, StepProfiler
+from faults_helpers import copied_run, small_run
 from profcallbacks.report import build_report, locate_run
 from profcallbacks.watch.state import LogdirState
 
@@ -24,22 +23,13 @@ ROW = {"rank": 0, "first_step": 0, "last_step": 9, "steps": 10, "step_time_ms_me
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory) -> Path:
-    logdir = tmp_path_factory.mktemp("base") / "run"
-    model, opt = tiny_model()
-    with StepProfiler(logdir, schedule=Schedule(skip_first=2, warmup=0, active=2, repeat=1),
-                      log_every_n_steps=5, stall=None, slowdown=None, sync_audit=False,
-                      memory=None, tensorboard_scalars=False) as prof:
-        for _ in range(12):
-            train_step(model, opt)
-            prof.step()
-    return logdir
+    return small_run(tmp_path_factory.mktemp("base") / "run", 12, memory=None,
+                     tensorboard_scalars=False)
 
 
 @pytest.fixture
 def run(base_run, tmp_path) -> Path:
-    logdir = tmp_path / "run"
-    shutil.copytree(base_run, logdir)
-    return logdir
+    return copied_run(base_run, tmp_path)
 
 
 def _in_time(action, timeout_s: float = 30.0):

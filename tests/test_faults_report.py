@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import tiny_model, train_step
-from profcallbacks import Schedule, StepProfiler
+from faults_helpers import copied_run, small_run
 from profcallbacks.cli import main
 from profcallbacks.report import build_report, locate_run, render_html, render_text
 from profcallbacks.report.safe import dumps_strict, visible
@@ -29,21 +28,12 @@ GOOD_OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1100.0, "dur": 
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory) -> Path:
-    logdir = tmp_path_factory.mktemp("base")
-    model, opt = tiny_model()
-    with StepProfiler(logdir, schedule=Schedule(skip_first=2, warmup=0, active=2, repeat=1),
-                      log_every_n_steps=5, stall=None, slowdown=None, sync_audit=False) as prof:
-        for _ in range(20):
-            train_step(model, opt)
-            prof.step()
-    return logdir
+    return small_run(tmp_path_factory.mktemp("base"), 20)
 
 
 @pytest.fixture
 def run(base_run, tmp_path) -> Path:
-    logdir = tmp_path / "run"
-    shutil.copytree(base_run, logdir)
-    return logdir
+    return copied_run(base_run, tmp_path)
 
 
 def _trace(logdir: Path, events, name="step000009-manual") -> Path:

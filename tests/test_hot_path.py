@@ -171,7 +171,15 @@ def test_run_statistics_leave_captured_steps_out_and_name_the_slowest_step(tmp_p
     assert stats["p99_ms"] == pytest.approx(healthy[194], abs=1e-3)  # ceil(194.04) = 195th
     assert stats["steps_per_s"] == pytest.approx(196 / sum(healthy) * 1e3, rel=1e-3)
     assert stats["mean_ms"] == pytest.approx(sum(healthy) / 196, rel=1e-3)
-    assert "healthy_ms" not in stats["intervals"][0]
+    assert "counted_ms" not in stats["intervals"][0]
+    # a steps file of 0.2 names the counted steps' fields healthy_*: read alike
+    old = [{("healthy" + k[len("counted"):] if k.startswith("counted_") else k): v
+            for k, v in row.items()} for row in rows]
+    assert "healthy_us" in old[0] and "counted_us" not in old[0]
+    old_stats = step_stats(clean_intervals(old))
+    assert {k: old_stats[k] for k in ("median_ms", "p99_ms", "max_step", "steps_excluded",
+                                      "data_wait_ms")} == {
+        k: stats[k] for k in ("median_ms", "p99_ms", "max_step", "steps_excluded", "data_wait_ms")}
 
 
 @pytest.mark.parametrize(("log_every", "rows"), [(None, [205] * 5), (41, [41] * 25)])

@@ -16,14 +16,7 @@ from profcallbacks import Schedule, SlowdownConfig, StepProfiler
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS
 from profcallbacks.report import build_report, locate_run, render_text
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Six engineers share two cores here: one intra-op thread keeps step times steadier."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def batches(steps: int, delay_s: float, slower_from: int | None = None,

@@ -158,15 +158,6 @@ class SlowDataset(Dataset):
         return torch.full((64,), float(index))
 
 
-@pytest.fixture
-def one_thread():
-    """On a shared machine intra-op threads wait on each other for milliseconds per op."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_plain_torch_profiler_trace_of_a_slow_loader_reads_input_bound(tmp_path, one_thread):
     # a loop as users write it: torch.profiler and tensorboard_trace_handler, no profcallbacks
     loader = DataLoader(SlowDataset(0.003), batch_size=4)  # ~12 ms per batch

@@ -31,7 +31,7 @@ def feed(levels, seed=0, noise="uniform10", spike_every=50, config=DEFAULT, base
         if spike_every and rng.random() < 1 / spike_every:
             factor *= 3.0
         times.append(base_s * factor)
-        out += det.observe(StepRecord(i, times[-1], 0.0, captured=captured(i),
+        out += det.observe(StepRecord(i, times[-1], 0.0, excluded=captured(i),
                                       after_pause=after_pause(i)))
     return out, det, times
 

@@ -108,7 +108,7 @@ def test_stall_episode_clears_with_a_note_and_a_new_episode_is_a_new_finding(tmp
 
 def test_captured_and_post_pause_steps_stay_out_of_the_statistic():
     detector = StallDetector(StallConfig(window=8, block_steps=2))
-    records = [StepRecord(i, 0.010, 0.009, captured=True) for i in range(50)]
+    records = [StepRecord(i, 0.010, 0.009, excluded=True) for i in range(50)]
     records += [StepRecord(50 + i, 0.010, 0.009, after_pause=True) for i in range(50)]
     assert [f for r in records for f in detector.observe(r) if f.kind == "dataloader_stall"] == []
 

@@ -149,8 +149,8 @@ def test_hf_epochs_that_start_workers_again_are_told_to_persist(tmp_path):
         dataloader_num_workers=2, remove_unused_columns=False, disable_tqdm=True)
     transformers.Trainer(model=Regression(), args=args, train_dataset=LazyOpen(),
                          callbacks=[callback]).train()
-    waits = start_up_waits(callback.findings)
-    assert [f.step for f in waits] == [0, 4, 8], [f.message for f in waits]
+    waits = start_up_waits(callback.findings)  # a busy machine may add isolated waits elsewhere
+    assert [f.step for f in waits] == [0, 4, 8], [(f.step, f.message) for f in callback.findings]
     assert [f.details["workers_restarted"] for f in waits] == [False, True, True]
     assert all(f.details["data_wait_ms"] >= WORKER_START_S * 1e3 * 0.9 for f in waits)
     assert all("set persistent_workers=True" in f.message for f in waits)

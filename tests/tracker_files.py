@@ -51,8 +51,14 @@ def wandb_run_dir(root: Path) -> Path:
 
 
 def wandb_table(run_dir: Path, rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """The last table logged under ``key``, read from the run's media files."""
-    (path,) = [row[f"{key}/path"] for row in rows if f"{key}/path" in row][-1:]
+    """The last table logged under ``key``, read from the run's media files.
+
+    wandb 0.19+ writes the table's fields as nested keys (``key/path``); older versions one
+    ``key`` item holding them all.
+    """
+    paths = [row[f"{key}/path"] if f"{key}/path" in row else row[key]["path"]
+             for row in rows if f"{key}/path" in row or isinstance(row.get(key), dict)]
+    (path,) = paths[-1:]
     return json.loads((run_dir / "files" / path).read_text())
 
 
@@ -66,6 +72,7 @@ def mlflow_metric(client: Any, run_id: str, key: str) -> list[tuple[int, float]]
 
 
 def mlflow_findings(client: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
+    dst.mkdir(parents=True, exist_ok=True)  # mlflow 2.10 refuses a destination that is missing
     path = client.download_artifacts(run_id, "profcallbacks/findings.jsonl", str(dst))
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 

@@ -223,7 +223,11 @@ class CaptureWriter:
         if not is_own(stage, kind="dir"):  # another rank published it (maybe as name-2)
             written = self._written.get(name)
             file = written[0] if written else ""
-            self._published(name, published_dir(self._logdir, name, file))
+            published = published_dir(self._logdir, name, file)
+            if file and _lstat(published / file) is None:  # written into the stage it moved?
+                published = published_dir(self._logdir, name, file + _READY)
+                finish_late_files(published)
+            self._published(name, published)
             return
         if len(ready) < self._tracing_ranks and not force:
             return
@@ -340,7 +344,23 @@ def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
                             name=_STAGED_FILE)
         else:  # the lock moved along: no other rank could take it meanwhile
             os.rmdir(".publishing", dir_fd=stage_fd)
+            finish_late_files(final)
     return final
+
+
+def finish_late_files(final: Path) -> None:
+    """Give their final names to complete (``.ready``) trace files of ours in the published
+    directory ``final``: another rank's file that reached the stage after it was listed, or was
+    still being written into it, moved along with the stage. Both the publisher (after the
+    move) and that file's writer (after its rename) look, so whichever is last finds it."""
+    if not is_own(final, kind="dir"):
+        return
+    with _directory(final) as final_fd:
+        for entry in os.listdir(final_fd):
+            if entry.endswith(_READY) and is_own(entry, kind="file", dir_fd=final_fd):
+                with contextlib.suppress(FileNotFoundError):  # the other one was first
+                    os.replace(entry, entry[: -len(_READY)], src_dir_fd=final_fd,
+                               dst_dir_fd=final_fd)
 
 
 def published_dir(logdir: Path, name: str, file: str) -> Path:

@@ -26,19 +26,31 @@ class StepRecord(NamedTuple):
         step: Step number (0-based).
         step_time_s: Wall time of the step in seconds, data wait included, pauses excluded.
         data_wait_s: Seconds spent waiting for the step's batches.
-        captured: The step ran with a profiler attached (warmup or active), under the sync
-            audit, or while a capture was exported on a thread of this process (the fallback when no
-            helper process could start): its time is not the job's own.
+        excluded: The step's time is not the job's own, so it is left out of the run's
+            statistics and of every detector's (a *counted* step is one that is not): it ran with
+            a profiler attached (warmup or active), under the sync audit, while torch.compile
+            compiled, or while a capture was exported on a thread of this process (the fallback
+            when no helper process could start).
         after_pause: The step followed a pause (validation, checkpoint) or the start of training.
 
     A ``NamedTuple`` rather than a dataclass: one is made per step, and this is the cheapest.
+
+    Example:
+        >>> record = StepRecord(7, 0.02, 0.001, excluded=True)
+        >>> record.excluded, record.captured
+        (True, True)
     """
 
     step: int
     step_time_s: float
     data_wait_s: float
-    captured: bool = False
+    excluded: bool = False
     after_pause: bool = False
+
+    @property
+    def captured(self) -> bool:
+        """The name ``excluded`` had in 0.2."""
+        return self.excluded
 
 
 @dataclass(frozen=True)
@@ -46,11 +58,12 @@ class IntervalSummary:
     """Aggregate of the steps since the last summary (what scalars and the steps file hold).
 
     The ``step_time_ms_*`` and ``data_wait_ms_mean`` fields cover every step of the interval;
-    ``healthy_us`` lists the step times (whole microseconds) of the steps outside capture windows, audits and
-    exports, which the report's whole-run statistics use; ``steps_excluded`` counts the others;
-    ``max_step`` is the slowest healthy step (the slowest step when none is healthy);
-    ``compile_ms`` is the time torch.compile spent compiling in these steps (those steps are
-    not healthy: they are left out like captured ones).
+    ``counted_us`` lists the step times (whole microseconds) of the counted steps (those not
+    ``StepRecord.excluded``: outside capture windows, audits, compiling and in-process exports),
+    which the report's whole-run statistics use; ``steps_excluded`` counts the others, and
+    ``counted_data_wait_ms`` is the counted steps' data wait; ``max_step`` is the slowest counted
+    step (the slowest step when none is counted); ``compile_ms`` is the time torch.compile spent
+    compiling in these steps.
     """
 
     first_step: int
@@ -62,8 +75,8 @@ class IntervalSummary:
     data_wait_ms_mean: float
     max_step: int = -1
     steps_excluded: int = 0
-    healthy_us: tuple[int, ...] = ()
-    healthy_data_wait_ms: float = 0.0
+    counted_us: tuple[int, ...] = ()
+    counted_data_wait_ms: float = 0.0
     compile_ms: float = 0.0
 
     @property
@@ -107,24 +120,24 @@ class StepTimes:
         self._times: list[float] = []  # seconds
         self._pending_s = 0.0  # sum of the pending step times
         self._waits: list[float] = []  # seconds
-        self._captured: list[bool] = []
+        self._excluded: list[bool] = []
         self._compile_at: list[tuple[int, float]] = []  # (step, seconds compiling), rarely any
 
     def add(self, record: StepRecord) -> IntervalSummary | None:
         """Store ``record``; returns a summary when an interval is complete."""
         summaries = self.add_block(record.step, [record.step_time_s], [record.data_wait_s],
-                                   record.captured)
+                                   record.excluded)
         return summaries[0] if summaries else None
 
     def add_block(self, first: int, times: list[float], waits: list[float],
-                  captured: bool, compile_s: float = 0.0) -> list[IntervalSummary]:
+                  excluded: bool, compile_s: float = 0.0) -> list[IntervalSummary]:
         """Store the consecutive steps ``first``, ``first + 1``, ... at once.
 
         Args:
             first: Number of the first step.
             times: Step times in seconds.
             waits: Data waits in seconds (as many as ``times``).
-            captured: Every one of these steps ran captured or audited (or compiled).
+            excluded: Every one of these steps is excluded (``StepRecord.excluded``).
             compile_s: Seconds torch.compile spent in these steps.
 
         Returns:
@@ -134,7 +147,7 @@ class StepTimes:
             self._first = first
         self._times += times
         self._waits += waits
-        self._captured += [captured] * len(times)
+        self._excluded += [excluded] * len(times)
         self._pending_s += sum(times)
         if compile_s:
             self._compile_at.append((first, compile_s))
@@ -164,8 +177,8 @@ class StepTimes:
 
     def _summarise(self, n: int) -> IntervalSummary:
         """Summarise the first ``n`` pending steps and drop them."""
-        times, waits, captured = self._times[:n], self._waits[:n], self._captured[:n]
-        del self._times[:n], self._waits[:n], self._captured[:n]
+        times, waits, excluded = self._times[:n], self._waits[:n], self._excluded[:n]
+        del self._times[:n], self._waits[:n], self._excluded[:n]
         self._pending_s = sum(self._times)
         first = self._first
         self._first = first + n
@@ -173,16 +186,16 @@ class StepTimes:
         if self._compile_at:
             compile_s = sum(s for step, s in self._compile_at if step < first + n)
             self._compile_at = [(step, s) for step, s in self._compile_at if step >= first + n]
-        if True in captured:  # leave the captured steps out of the healthy ones
-            keep = [k for k in range(n) if not captured[k]]
-            healthy, healthy_waits = [times[k] for k in keep], [waits[k] for k in keep]
+        if True in excluded:  # leave the excluded steps out of the counted ones
+            keep = [k for k in range(n) if not excluded[k]]
+            counted, counted_waits = [times[k] for k in keep], [waits[k] for k in keep]
         else:
-            keep, healthy, healthy_waits = None, times, waits
-        pool = healthy or times
+            keep, counted, counted_waits = None, times, waits
+        pool = counted or times
         slowest = pool.index(max(pool))  # the first slowest, as max() picks it
         if keep:
             slowest = keep[slowest]
-        us = map(int, map(_HALF.__add__, map(_MILLION.__mul__, healthy)))  # int(t * 1e6 + 0.5)
+        us = map(int, map(_HALF.__add__, map(_MILLION.__mul__, counted)))  # int(t * 1e6 + 0.5)
         return IntervalSummary(
             first_step=first,
             last_step=first + n - 1,
@@ -192,8 +205,8 @@ class StepTimes:
             step_time_ms_max=max(times) * 1e3,
             data_wait_ms_mean=sum(waits) / n * 1e3,
             max_step=first + slowest,
-            steps_excluded=n - len(healthy),
-            healthy_us=tuple(us),
-            healthy_data_wait_ms=sum(healthy_waits) * 1e3,
+            steps_excluded=n - len(counted),
+            counted_us=tuple(us),
+            counted_data_wait_ms=sum(counted_waits) * 1e3,
             compile_ms=round(compile_s * 1e3, 3),
         )

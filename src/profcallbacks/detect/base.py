@@ -3,8 +3,8 @@
 A :class:`Participant` is driven by the session between steps, once per block of steps (up to
 ``BLOCK_STEPS`` steps or ``BLOCK_S`` seconds): detectors, the sync audit, the memory work, the
 capture windows and the baseline-capture rule all are participants. Every hook is declared here
-with a default that does nothing, so a participant defines only the hooks it needs and the
-session calls every hook of every participant, in the session's declared order.
+with a default that does nothing, so a participant defines only the hooks it needs; the session
+calls each hook, in its declared order, on the participants that define it (:func:`defining`).
 
 A :class:`Detector` is the smallest contract: ``observe`` each finished step. The session runs a
 plain detector as a participant (:class:`RecordDetector`).
@@ -59,7 +59,7 @@ class Participant:
     @property
     def disturbs_steps(self) -> bool:
         """This participant's work between the block's steps changes their times (a capture
-        window, an audit): the block is marked ``captured``."""
+        window, an audit): the block's steps are ``excluded``."""
         return False
 
     def boundary_step(self, step: int) -> int:
@@ -74,7 +74,7 @@ class Participant:
         """The last step of the block that began at ``first`` just ended."""
         return ()
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         """Take the steps ``first``, ``first + 1``, ... of one block, in order.
 
@@ -85,7 +85,8 @@ class Participant:
             first: Number of the block's first step.
             times: Each step's time in seconds (data wait included, pauses excluded).
             waits: Each step's data wait in seconds.
-            captured: Every step of the block ran captured or audited (a block is never mixed).
+            excluded: Every step of the block is excluded from the statistics (it ran captured,
+                audited or compiling: see ``StepRecord.excluded``); a block is never mixed.
             after_pause: The block's first step (only it) followed a pause or the start.
         """
         return ()
@@ -117,6 +118,19 @@ class Participant:
         over by ``take_findings`` right after (e.g. a stall too short for its hold)."""
 
 
+def defining(participants: Iterable[Participant], hook: str) -> list[Participant]:
+    """The ``participants`` whose class defines ``hook`` (the others would do nothing), in order.
+
+    Example:
+        >>> class Counter(Participant):
+        ...     def end_block(self, first): return ()
+        >>> [type(p).__name__ for p in defining([Participant(), Counter()], "end_block")]
+        ['Counter']
+    """
+    default = getattr(Participant, hook)
+    return [p for p in participants if getattr(type(p), hook) is not default]
+
+
 class RecordDetector(Participant):
     """A plain :class:`Detector` as a participant: one :class:`StepRecord` per step."""
 
@@ -127,23 +141,44 @@ class RecordDetector(Participant):
     def name(self) -> str:
         return type(self.detector).__name__
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         found: list[Finding] = []
         observe = self.detector.observe
         for k in range(len(times)):
-            found += observe(StepRecord(first + k, times[k], waits[k], captured,
+            found += observe(StepRecord(first + k, times[k], waits[k], excluded,
                                         after_pause and k == 0))
         return found
 
 
-class StepAuditor(Protocol):
-    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps."""
+class StepAuditor:
+    """Watches a few whole steps (e.g. the sync audit); costs nothing on the other steps.
 
-    next_step: int | None  # audit this step (or the first one after it outside a capture)
+    The session's audit participant calls ``begin_step`` at the start of a step once ``step >=
+    next_step`` (outside capture windows), ``end_step`` at its end and ``cancel`` for a step
+    cut short by a pause; these three every auditor defines. The optional hooks below do
+    nothing unless defined: ``mark_batch`` (the step's input, while a step is watched),
+    ``finish`` (the run ended) and ``stopped`` (the audit is given up).
+    """
 
-    def begin_step(self, step: int) -> None: ...
+    next_step: int | None = None  # audit this step (or the first one after it outside a capture)
 
-    def end_step(self, step: int) -> Iterable[Finding]: ...
+    def begin_step(self, step: int) -> None:
+        raise NotImplementedError
 
-    def cancel(self) -> None: ...
+    def end_step(self, step: int) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the watched step's input (what is computed from it is device data)."""
+
+    def finish(self, last_step: int) -> list[Finding]:
+        """The run ended after ``last_step``: what the auditor says of the checks left."""
+        return []
+
+    def stopped(self, step: int, why: str) -> Finding | None:
+        """The audit is given up at ``step`` (``why`` in a few words): a finding saying so."""
+        return None

@@ -1,7 +1,7 @@
 """Step-slowdown alerts: the run's typical speed as baseline, and slow stretches sustained in time.
 
-How it decides (eligible steps only: not captured or audited, not right after a pause or the
-start, past ``warmup_steps``; every duration is the sum of the steps' own times, i.e. the run's
+How it decides (counted steps only, i.e. not captured, audited or compiling, not right after a
+pause or the start, past ``warmup_steps``; every duration is the sum of the steps' own times, i.e. the run's
 wall time without its pauses, so no clock is read):
 
 - Baseline: the run's typical speed. Steps are cut into blocks of at least ``baseline_steps``
@@ -196,7 +196,7 @@ class SlowdownDetector(Participant):
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
         """Takes one finished step; returns the findings it completes (usually none)."""
-        if record.captured or record.after_pause:
+        if record.excluded or record.after_pause:
             return ()
         self._seen += 1
         if self._seen <= self.config.warmup_steps:
@@ -224,7 +224,7 @@ class SlowdownDetector(Participant):
             self._close_block()
         return found
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         """:meth:`observe` on each step of a block (see ``BlockDetector``), in one loop.
 
@@ -233,13 +233,13 @@ class SlowdownDetector(Participant):
         """
         n = len(times)
         start = 1 if after_pause else 0
-        if captured or start >= n:
+        if excluded or start >= n:
             return ()
-        eligible = n - start
-        warm = self.config.warmup_steps - self._seen  # eligible steps still in the warm-up
-        self._seen += eligible
+        counted = n - start
+        warm = self.config.warmup_steps - self._seen  # counted steps still in the warm-up
+        self._seen += counted
         if warm > 0:
-            start += min(warm, eligible)
+            start += min(warm, counted)
         found: list[Finding] = []
         k = start
         while k < n:

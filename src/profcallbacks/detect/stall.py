@@ -97,7 +97,7 @@ class StallDetector(Participant):
             self._waits = deque(self._waits, maxlen=self._step_times.maxlen)
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
-        if record.captured:
+        if record.excluded:
             return ()
         if record.after_pause:
             return self._startup_wait(record)
@@ -117,10 +117,10 @@ class StallDetector(Participant):
             found += self._close_block(record.step)
         return found
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         """:meth:`observe` on each step of a block (see ``BlockDetector``), in list operations."""
-        if captured:
+        if excluded:
             return ()
         found: list[Finding] = []
         i, n = 0, len(times)

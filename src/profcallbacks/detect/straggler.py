@@ -1,6 +1,6 @@
 """Cross-rank straggler check: every N steps, one all_gather of a few floats per rank.
 
-Every rank keeps the step times and data waits of its eligible steps (not captured, not right after
+Every rank keeps the step times and data waits of its counted steps (not excluded, not right after
 a pause) since the last check. At each step whose number is a multiple of ``every_n_steps`` (minus
 one: steps 199, 399, ... for 200), every rank calls one ``all_gather`` of three floats (median step
 time, mean data wait, step count) on the default process group; never on other steps. Because the
@@ -86,21 +86,21 @@ class StragglerDetector(Participant):
         """Collects one step; at check steps, meets the other ranks (a collective)."""
         if self._disabled:
             return ()
-        if not (record.captured or record.after_pause):
+        if not (record.excluded or record.after_pause):
             self._times.append(record.step_time_s)
             self._wait_s += record.data_wait_s
         if (record.step + 1) % self._every:
             return ()
         return self._check(record.step)  # if it raises, the session disables this detector
 
-    def observe_block(self, first: int, times: list[float], waits: list[float], captured: bool,
+    def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
         """:meth:`observe` on each step of a block (see ``BlockDetector``)."""
         found: list[Finding] = []
         i, n = 0, len(times)
         while i < n and not self._disabled:  # segments that end at a check step, or at the end
             j = min(n, i + self._every - (first + i) % self._every)
-            if not captured:
+            if not excluded:
                 k = 1 if after_pause and i == 0 else i
                 self._times += times[k:j]
                 self._wait_s = reduce(add, waits[k:j], self._wait_s)  # in step order

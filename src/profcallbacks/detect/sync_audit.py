@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from profcallbacks.detect.base import StepAuditor
 from profcallbacks.detect.sync_fixes import KNOWN_FIXES, known_fix
 from profcallbacks.detect.sync_spy import SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_AUDIT, SYNC_POINT, Finding
@@ -19,7 +20,7 @@ __all__ = ["KNOWN_FIXES", "SyncAuditConfig", "SyncAuditor", "known_fix", "resolv
 log = logging.getLogger(__name__)
 
 
-class SyncAuditor:
+class SyncAuditor(StepAuditor):
     """Runs a :class:`SyncSpy` over a few rounds of whole steps and turns what it saw into findings.
 
     The session calls ``begin_step(step)`` at the start of a step once ``step >= next_step`` (and

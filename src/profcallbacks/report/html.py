@@ -11,6 +11,8 @@ from html import escape
 from typing import Any
 
 from profcallbacks.report.advice import without_advice
+from profcallbacks.report.budgets import budget_lines
+from profcallbacks.report.compile import compile_text
 from profcallbacks.report.expert_render import diagnoses_html
 from profcallbacks.report.fmt import ms as _ms
 from profcallbacks.report.fmt import pct as _pct
@@ -35,6 +37,7 @@ margin-right:4px;vertical-align:middle}
 .verdict{border:2px solid #1565c0;border-radius:6px;padding:8px 16px;margin:12px 0;background:#f5f9ff}
 .verdict h2{border:0;margin:4px 0}.verdict ul{margin:4px 0}
 .finding{border-left:4px solid #ccc;padding:4px 12px;margin:10px 0}.advice{color:#2e7d32}
+ul.lines{list-style:none;padding-left:0}ul.lines .l2{padding-left:24px}ul.lines .l3{padding-left:48px}
 details pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}.problems li{color:#b71c1c}
 """
 _BREAKDOWN_COLOURS = {"data_wait": "#ff7f0e", "compute": "#1f77b4", "other": "#bbb"}
@@ -78,8 +81,10 @@ def render_html(report: dict[str, Any]) -> str:
     if report["breakdown"] is not None or not report.get("foreign"):
         parts.append(_breakdown(report["breakdown"]))
     parts.append(memory_html(report.get("memory")))
+    parts.append(_lines_section("compile", compile_text(report.get("compile"))))
     parts.append(_findings(report))
     parts.append(_captures(report["captures"]))
+    parts.append(_lines_section("budgets", budget_lines(report)))
     parts.append(_operators(report["top_operators"]))
     if report["problems"]:
         items = "".join(f"<li><code>{_e(p['file'])}</code>: {_e(p['error'])}</li>"
@@ -185,6 +190,17 @@ def _captures(captures: list[dict[str, Any]]) -> str:
              "<br>".join(f"<code>{_e(f['path'])}</code> ({f['bytes'] / 1024:.0f} KiB)" for f in c["files"])]
             for c in captures]
     return "<h2>Captures</h2>" + _table(["directory", "trigger", "steps", "files"], rows)
+
+
+def _lines_section(section_id: str, lines: list[str]) -> str:
+    """A section of the text report (a heading, then lines indented by two spaces per level) as
+    HTML, so the page and the text say the same."""
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return ""
+    items = "".join(f"<li class=l{min(3, (len(line) - len(line.lstrip(' '))) // 2)}>"
+                    f"{_e(line.strip())}</li>" for line in lines[1:])
+    return f"<h2 id={section_id}>{_e(lines[0])}</h2><ul class=lines>{items}</ul>"
 
 
 def _operators(ops: dict[str, list[dict[str, Any]]]) -> str:

@@ -14,26 +14,30 @@ INTERVAL_KEYS = ("rank", "first_step", "last_step", "steps", "step_time_ms", "st
                  "step_time_ms_max", "data_wait_ms", "data_wait_share")
 
 
-HEALTHY_KEYS = ("max_step", "steps_excluded", "healthy_data_wait_ms")
-"""Fields of steps-file rows written since whole-run statistics left captured steps out."""
+COUNTED_KEYS = ("max_step", "steps_excluded", "counted_data_wait_ms")
+"""Fields of steps-file rows written since whole-run statistics left excluded steps out."""
+
+_OLD_NAMES = {"healthy_us": "counted_us", "healthy_data_wait_ms": "counted_data_wait_ms"}
+"""What the counted steps' fields were called in 0.2 (its steps files are read too)."""
 
 
 def clean_intervals(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of the steps files that hold every field as a number, in step then rank order.
 
-    Rows that also list their healthy steps (``healthy_us`` and :data:`HEALTHY_KEYS`) keep them,
-    as ``healthy_ms``.
+    Rows that also list their counted steps (``counted_us`` and :data:`COUNTED_KEYS`; in 0.2
+    ``healthy_us`` and ``healthy_data_wait_ms``) keep them, as ``counted_ms``.
     """
     out = []
     for row in rows:
         if all(isinstance(row.get(k), (int, float)) for k in INTERVAL_KEYS) and row["steps"] > 0:
             clean = {k: row[k] for k in INTERVAL_KEYS}
-            healthy = row.get("healthy_us")
-            if (isinstance(healthy, list) and all(isinstance(row.get(k), (int, float))
-                                                  for k in HEALTHY_KEYS)
-                    and all(isinstance(v, int) and not isinstance(v, bool) for v in healthy)):
-                clean.update({k: row[k] for k in HEALTHY_KEYS},
-                             healthy_ms=[v / 1e3 for v in healthy])
+            row = {_OLD_NAMES.get(k, k): v for k, v in row.items()}
+            counted = row.get("counted_us")
+            if (isinstance(counted, list) and all(isinstance(row.get(k), (int, float))
+                                                  for k in COUNTED_KEYS)
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in counted)):
+                clean.update({k: row[k] for k in COUNTED_KEYS},
+                             counted_ms=[v / 1e3 for v in counted])
             out.append(clean)
     out.sort(key=lambda r: (r["first_step"], r["rank"]))
     return out
@@ -51,18 +55,18 @@ def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "first_step": min(r["first_step"] for r in rows),
         "last_step": max(r["last_step"] for r in rows),
     }
-    healthy = [v for r in rows for v in r.get("healthy_ms", ())]
-    if healthy and all("healthy_ms" in r for r in rows):  # exact, over the healthy steps
-        ordered = sorted(healthy)
-        total = sum(healthy)
-        mean = total / len(healthy)
-        wait = sum(r["healthy_data_wait_ms"] for r in rows) / len(healthy)
-        slowest = max((r for r in rows if r["healthy_ms"]), key=lambda r: max(r["healthy_ms"]))
+    counted = [v for r in rows for v in r.get("counted_ms", ())]
+    if counted and all("counted_ms" in r for r in rows):  # exact, over the counted steps
+        ordered = sorted(counted)
+        total = sum(counted)
+        mean = total / len(counted)
+        wait = sum(r["counted_data_wait_ms"] for r in rows) / len(counted)
+        slowest = max((r for r in rows if r["counted_ms"]), key=lambda r: max(r["counted_ms"]))
         out.update(mean_ms=mean, median_ms=percentile(ordered, 50),
                    p90_ms=percentile(ordered, 90), p99_ms=percentile(ordered, 99),
                    max_ms=ordered[-1], max_step=int(slowest["max_step"]),
                    steps_excluded=int(sum(r["steps_excluded"] for r in rows)),
-                   steps_per_s=len(healthy) / total * 1e3 if total > 0 else None)
+                   steps_per_s=len(counted) / total * 1e3 if total > 0 else None)
     else:  # steps files of older versions: interval aggregates only
         mean = sum(r["step_time_ms"] * r["steps"] for r in rows) / steps
         wait = sum(r["data_wait_ms"] * r["steps"] for r in rows) / steps
@@ -81,7 +85,7 @@ def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
     Steps inside capture windows, under the sync audit or during exports are left out and
     counted in ``steps_excluded``; over the other steps ``mean_ms``, ``median_ms``, ``p90_ms``,
     ``p99_ms`` (nearest rank), ``max_ms`` (of step ``max_step``), ``data_wait_ms`` and
-    ``steps_per_s`` (healthy steps per second of their own time) are exact. Steps files of
+    ``steps_per_s`` (counted steps per second of their own time) are exact. Steps files of
     older versions give interval aggregates (``median_ms`` of interval medians, no percentiles).
     """
     if not intervals:
@@ -97,7 +101,7 @@ def step_stats(intervals: list[dict[str, Any]]) -> dict[str, Any] | None:
                              "slowest_rank": None, "data_wait_share_spread": None, "stragglers": []}
     if len(per_rank) > 1:
         stats.update(rank_comparison(per_rank))
-    stats["intervals"] = [{k: v for k, v in r.items() if k != "healthy_ms"} for r in intervals]
+    stats["intervals"] = [{k: v for k, v in r.items() if k != "counted_ms"} for r in intervals]
     return stats
 
 

@@ -144,9 +144,11 @@ class StepAudit(Participant):
     def _give_up(self, step: int, why: str) -> list[Finding]:
         """The audit is off for the rest of the run: a ``sync_audit`` finding says why."""
         auditor, self.auditor = self.auditor, None
-        stopped = getattr(auditor, "stopped", None)
+        if auditor is None:
+            return []
         try:
-            return [stopped(step, why)] if stopped is not None else []
+            finding = auditor.stopped(step, why)
+            return [finding] if finding is not None else []
         except Exception as exc:
             log.warning("profcallbacks: the sync audit could not report (%s).", exc)
             return []
@@ -154,9 +156,10 @@ class StepAudit(Participant):
     def finish(self, last_step: int) -> None:
         """The run ended after ``last_step``: a round cut short, or a check that did not run."""
         auditor, self.auditor = self.auditor, None
-        finish = getattr(auditor, "finish", None)
+        if auditor is None:
+            return
         try:
-            self._said += finish(last_step) if finish is not None else []
+            self._said += auditor.finish(last_step)
         except Exception as exc:
             log.warning("profcallbacks: the sync audit could not report (%s).", exc)
 

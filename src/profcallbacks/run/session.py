@@ -19,7 +19,14 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.safefs import UnsafeEntryError, ensure_dir, fresh_name, warn_if_shared, write_new
 from profcallbacks.core.timing import IntervalSummary, StepTimes
 from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
-from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
+from profcallbacks.detect.base import (
+    NEVER,
+    Detector,
+    Participant,
+    RecordDetector,
+    StepAuditor,
+    defining,
+)
 from profcallbacks.detect.compile_watch import CompileWatcher
 from profcallbacks.detect.loaders import describe_loader
 from profcallbacks.findings import (
@@ -48,6 +55,9 @@ BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
 _NO_WAITS = [0.0] * BLOCK_STEPS
+_BLOCK_HOOKS = ("begin_block", "disturbs_steps", "boundary_step", "end_block", "observe_block",
+                "take_findings", "summary_sample", "scalars", "pause")
+"""The hooks called between blocks and at pauses: each only on the participants that define it."""
 BLOCK_S = 0.25
 """Target seconds per block: blocks of slow steps are shorter (at least one step). A shorter
 ``capture_file_poll_s`` or memory ``sample_every_s`` shortens blocks to that period."""
@@ -88,9 +98,11 @@ class ProfilingSession:
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
+        self._hooks: dict[str, list[Participant]] = {}
         self._audit = next((p for p in self._participants if isinstance(p, StepAudit)), None)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
+        self._participants_changed()
         steps, min_s = config.summary_every
         self._times = StepTimes(interval=steps, min_s=min_s)
         self._tensorboard: TensorBoardWriter | None = None
@@ -107,7 +119,7 @@ class ProfilingSession:
         self._due = 0  # step_end() takes the slow path when _n reaches this (0: not open)
         self._first = start_step  # number of the block's first step
         self._start_step = start_step
-        self._block_captured = False
+        self._block_excluded = False
         self._block_after_pause = True
         self._block_len = 1  # the first block is one step: then the step rate is known
         periods = [BLOCK_S]  # a block lasts no longer than the period of anything polled
@@ -218,6 +230,12 @@ class ProfilingSession:
         """
         self._participants.append(detector if isinstance(detector, Participant)
                                   else RecordDetector(detector))
+        self._participants_changed()
+
+    def _participants_changed(self) -> None:
+        """Note, per hook run at block boundaries, which participants define it (the others'
+        defaults do nothing): those are the ones called."""
+        self._hooks = {hook: defining(self._participants, hook) for hook in _BLOCK_HOOKS}
 
     @property
     def capture_open(self) -> bool:
@@ -352,11 +370,10 @@ class ProfilingSession:
         """``batch`` is the current step's input: while the sync audit watches the step, what
         is computed from it counts as a device value on a CPU run (it would be on the device)."""
         audit = self._audit
-        mark = (getattr(audit.auditor, "mark_batch", None)
-                if audit is not None and audit.auditing else None)
-        if mark is not None:
+        auditor = audit.auditor if audit is not None and audit.auditing else None
+        if auditor is not None:
             try:
-                mark(batch)
+                auditor.mark_batch(batch)
             except Exception as exc:  # the audit never stops training
                 log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
 
@@ -379,7 +396,7 @@ class ProfilingSession:
                 and self._opened):
             self._captures.begin_between_steps(self.step, VALIDATION)
         self._paused = True
-        for participant in list(self._participants):
+        for participant in self._hooks["pause"]:
             try:
                 participant.pause()
             except Exception as exc:
@@ -511,10 +528,9 @@ class ProfilingSession:
         n = self._n
         if n == 0:
             return
-        ends, first, captured = self._ends, self._first, self._block_captured
-        participants = list(self._participants)
+        ends, first, excluded = self._ends, self._first, self._block_excluded
         ended: list[Finding] = []
-        for participant in participants:
+        for participant in self._hooks["end_block"]:
             try:
                 ended += participant.end_block(first)
             except Exception as exc:  # a participant never stops training
@@ -529,14 +545,15 @@ class ProfilingSession:
             self._watch_compile()  # torch.compile was first called after open()
         watch = self._compile
         compiled = watch.take_times(first + n) if watch is not None else None
+        participants = self._hooks["observe_block"]
         if not compiled:  # the common case: one hand-over of the whole block
-            found = self._hand_over(participants, first, times, waits, captured, after_pause,
+            found = self._hand_over(participants, first, times, waits, excluded, after_pause,
                                     ends, now)
         else:  # steps that compiled are handed over alone, as excluded steps
             found = []
-            for a, b, part_captured, compile_s in compile_segments(first, n, captured, compiled):
+            for a, b, part_excluded, compile_s in compile_segments(first, n, excluded, compiled):
                 found += self._hand_over(participants, first + a, times[a:b], waits[a:b],
-                                         part_captured, after_pause and a == 0, ends[a:], now,
+                                         part_excluded, after_pause and a == 0, ends[a:], now,
                                          compile_s)
         if watch is not None and (watch.pending or watch.poll):
             found += watch.drain()
@@ -549,7 +566,7 @@ class ProfilingSession:
         self._emit_taken_findings()
 
     def _hand_over(self, participants: list[Participant], first: int, times: list[float],
-                   waits: list[float], captured: bool, after_pause: bool, ends: list[float],
+                   waits: list[float], excluded: bool, after_pause: bool, ends: list[float],
                    now: float, compile_s: float = 0.0) -> list[Finding]:
         """Consecutive steps from ``first`` to the summaries and the participants; their findings.
 
@@ -557,7 +574,7 @@ class ProfilingSession:
         """
         n = len(times)
         publisher = self._publisher
-        for summary in self._times.add_block(first, times, waits, captured, compile_s):
+        for summary in self._times.add_block(first, times, waits, excluded, compile_s):
             if publisher is not None:  # at the clock time its last step ended
                 k = summary.last_step - first + 1
                 self._publish(summary, ends[k] if 0 < k <= n else now)
@@ -566,7 +583,7 @@ class ProfilingSession:
             if participant not in self._participants:
                 continue  # disabled by an earlier part of this block
             try:
-                found += participant.observe_block(first, times, waits, captured, after_pause)
+                found += participant.observe_block(first, times, waits, excluded, after_pause)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, first, exc)
         return found
@@ -574,16 +591,21 @@ class ProfilingSession:
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
         """Start a block at step ``self.step``; our own bookkeeping belongs to no step."""
         step = self._first
-        participants = list(self._participants)
-        for participant in participants:
+        for participant in self._hooks["begin_block"]:
             try:
                 for finding in participant.begin_block(step, now):
                     self.emit(finding)
             except Exception as exc:  # a participant never stops training
                 self._disable(participant, step, exc)
-        self._block_captured = any(p.disturbs_steps for p in self._participants)
+        hooks, excluded, boundary = self._hooks, False, NEVER
+        for participant in hooks["disturbs_steps"]:  # loops, not generators: once per block
+            if participant.disturbs_steps:
+                excluded = True
+                break
+        for participant in hooks["boundary_step"]:
+            boundary = min(boundary, participant.boundary_step(step))
+        self._block_excluded = excluded
         self._block_after_pause = after_pause
-        boundary = min(p.boundary_step(step) for p in self._participants)
         self._due = max(1, min(self._block_len, boundary - step))
         self._waits[1:] = _NO_WAITS  # waits added while paused belong to no step
         self._ends[0] = self._wait_from = self._clock()
@@ -591,7 +613,7 @@ class ProfilingSession:
     def _emit_taken_findings(self) -> None:
         """Findings made elsewhere (the export helper's, about published captures), emitted on
         this thread."""
-        for participant in list(self._participants):
+        for participant in self._hooks["take_findings"]:
             for finding in participant.take_findings():
                 self._on_finding(finding)
 
@@ -600,6 +622,7 @@ class ProfilingSession:
                     "the run.", participant.name, step, type(exc).__name__, exc)
         if participant in self._participants:
             self._participants.remove(participant)
+            self._participants_changed()
 
     def _on_finding(self, finding: Finding) -> None:
         if self._compile is not None:  # a slowdown that coincides with recompiles says so
@@ -614,7 +637,7 @@ class ProfilingSession:
             self._leave_shared_files(self._lock)
         memory: dict[str, float] = {}
         findings: list[Finding] = []
-        for participant in list(self._participants):
+        for participant in self._hooks["summary_sample"]:
             try:
                 values, found = participant.summary_sample(summary.last_step, now)
             except Exception as exc:
@@ -630,7 +653,7 @@ class ProfilingSession:
     def _extra_scalars(self) -> dict[str, float]:
         """Device step time (CUDA) and the participants' ``scalars()``."""
         values: dict[str, float] = {}
-        for participant in list(self._participants):
+        for participant in self._hooks["scalars"]:
             try:
                 values.update(participant.scalars())
             except Exception as exc:  # warned once: it is off for the rest of the run
@@ -700,10 +723,10 @@ def _prepare_logdir(logdir: Path) -> Path:
     return meta
 
 
-def compile_segments(first: int, n: int, captured: bool,
+def compile_segments(first: int, n: int, excluded: bool,
                      compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
-    """The block's steps ``0..n-1`` as parts ``(start, end, captured, compile_s)``: each step
-    that compiled alone and excluded (``captured``), the others as they were. Compile time of
+    """The block's steps ``0..n-1`` as parts ``(start, end, excluded, compile_s)``: each step
+    that compiled alone and excluded, the others as they were. Compile time of
     steps before the block (``-1``: between steps) goes with its first part.
 
     Example:
@@ -715,14 +738,14 @@ def compile_segments(first: int, n: int, captured: bool,
     for step in sorted(s for s in compiled if first <= s < first + n):
         k = step - first
         if k > start:
-            parts.append((start, k, captured, 0.0))
+            parts.append((start, k, excluded, 0.0))
         parts.append((k, k + 1, True, compiled[step]))
         start = k + 1
     if start < n:
-        parts.append((start, n, captured, 0.0))
+        parts.append((start, n, excluded, 0.0))
     if early:
-        a, b, part_captured, seconds = parts[0]
-        parts[0] = (a, b, part_captured, seconds + early)
+        a, b, part_excluded, seconds = parts[0]
+        parts[0] = (a, b, part_excluded, seconds + early)
     return parts
 
 

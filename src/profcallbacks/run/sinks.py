@@ -183,8 +183,8 @@ def _steps_line(summary: IntervalSummary, rank: int, fields: dict[str, float] | 
     row = {**(run or {}), "rank": rank, "first_step": summary.first_step, "last_step": summary.last_step,
            "steps": summary.steps, **summary.scalars(), "max_step": summary.max_step,
            "steps_excluded": summary.steps_excluded,
-           "healthy_us": list(summary.healthy_us),
-           "healthy_data_wait_ms": round(summary.healthy_data_wait_ms, 4), **(fields or {})}
+           "counted_us": list(summary.counted_us),
+           "counted_data_wait_ms": round(summary.counted_data_wait_ms, 4), **(fields or {})}
     return (json.dumps(row) + "\n").encode()
 
 

@@ -185,3 +185,24 @@ def test_validation_captured_in_a_window_of_its_own(tmp_path):
     inside = [e for e in trace["traceEvents"] if e.get("name") == "aten::linear"
               and span["ts"] <= e["ts"] <= span["ts"] + span["dur"]]
     assert len(inside) == 2 and trace["profcallbacks"]["trigger"] == "validation"
+
+
+def test_step_is_the_sessions_step_end_and_a_subclass_keeps_its_own(tmp_path):
+    """``prof.step`` is bound to the session's ``step_end`` (one call less per step); a subclass
+    that defines ``step`` gets its own method, which still counts steps through ``super()``."""
+    prof = StepProfiler(tmp_path / "plain", schedule=None, tensorboard_scalars=False)
+    assert prof.step == prof.session.step_end
+    calls = []
+
+    class Counting(StepProfiler):
+        def step(self) -> None:
+            calls.append(self.session.step)
+            super().step()
+
+    sub = Counting(tmp_path / "sub", schedule=None, tensorboard_scalars=False)
+    with prof, sub:
+        for _ in range(5):
+            prof.step()
+            sub.step()
+    assert calls == [0, 1, 2, 3, 4]
+    assert prof.session.step == sub.session.step == 5

@@ -23,31 +23,20 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import torch
-from torch import nn
 
 from profcallbacks import SlowdownConfig, StepProfiler
 from profcallbacks.findings import DATALOADER_STALL, STEP_SLOWDOWN, Finding
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from stall_scenario import make_step  # noqa: E402  (the MLP step the stall tests use too)
+
 WIDTHS = (8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)
-
-
-def make_step(width: int) -> Callable[[torch.Tensor], None]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-
-    def step(x: torch.Tensor) -> None:
-        loss = model(x).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
 
 
 def batches(width: int) -> list[torch.Tensor]:

@@ -115,19 +115,23 @@ def make_step(width: int) -> Callable[[torch.Tensor], None]:
     return step
 
 
+def median_step_s(step: Callable[[torch.Tensor], None], x: torch.Tensor, runs: int) -> float:
+    """The median time of ``runs`` steps on ``x``, after five to warm up."""
+    for _ in range(5):
+        step(x)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        step(x)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
 def calibrate(target_s: float = 0.004, batch: int = 32) -> int:
     """The MLP width whose step takes about ``target_s`` alone on this machine."""
     width, best = 64, (float("inf"), 64)
     while width <= 4096:
-        step, x = make_step(width), torch.randn(batch, width)
-        for _ in range(5):
-            step(x)
-        times = []
-        for _ in range(15):
-            start = time.perf_counter()
-            step(x)
-            times.append(time.perf_counter() - start)
-        t = sorted(times)[len(times) // 2]
+        t = median_step_s(make_step(width), torch.randn(batch, width), 15)
         best = min(best, (abs(t / target_s - 1) if t > target_s else abs(target_s / t - 1), width))
         if t > 2 * target_s:
             break
@@ -189,14 +193,7 @@ def steady_run(logdir: Path, width: int, seconds: float, **options: Any) -> Loop
 def half_wait_run(logdir: Path, width: int, seconds: float, **options: Any) -> LoopRun:
     """The loop fed by a loader that sleeps as long as a step computes (~50% data wait);
     stops at the first ``dataloader_stall``."""
-    step, x = make_step(width), torch.randn(32, width)
-    for _ in range(5):
-        step(x)
-    times = []
-    for _ in range(21):
-        start = time.perf_counter()
-        step(x)
-        times.append(time.perf_counter() - start)
-    compute_s = sorted(times)[len(times) // 2]
+    step = make_step(width)
+    compute_s = median_step_s(step, torch.randn(32, width), 21)
     loader = DataLoader(SleepyBatches(width, compute_s), batch_size=None)
     return run_loop(logdir, loader, step, seconds, stop_at_stall=True, **options)

@@ -67,7 +67,7 @@ def test_with_stack_and_shapes_stay_under_a_small_budget_with_trims_recorded(tmp
         assert "with_stack off" in block["trimmed"] and block["reason"]
         assert not has_python_frames(trace)  # the trim was applied, not only written down
         assert len(trace["profcallbacks"]["steps"]) == block["active_steps"] >= 1
-    assert load_trace(trace_files(dirs[0])[0])["profcallbacks"]["budget"]["probe_bytes_per_step"]
+    assert load_trace(trace_files(dirs[0])[0])["profcallbacks"]["budget"]["first_step_bytes"]
     report = build_report(locate_run(tmp_path))
     assert all("with_stack off" in c["budget"]["trimmed"] for c in report["captures"])
     assert "trimmed to 30 kB: " in render_text(report)
@@ -200,20 +200,65 @@ def test_budget_options_are_validated():
         StepProfiler(Path("x"), budget=100_000_000)
 
 
-def test_the_size_probe_records_the_first_warmup_step_and_leaves_nothing(tmp_path):
+def test_the_first_capture_measures_its_first_step_and_keeps_it_in_one_trace(tmp_path):
+    model, opt = many_modules()
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=4),
+                        trace=TraceOptions(with_stack=True), budget=ByteBudget(), **QUIET)
+    enabled = []
+    with prof:
+        for _ in range(8):
+            model(torch.randn(4, 16)).sum().backward()
+            opt.step()
+            prof.step()
+            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled))
+    assert [s for s, on in enabled if on] == [3, 4, 5, 6]  # no step profiled besides the window
+    assert not (tmp_path / ".profcallbacks-staging").exists()  # the first step's file is gone
+    [directory] = capture_dirs(tmp_path)
+    [file] = trace_files(directory)
+    trace = load_trace(file)
+    block = trace["profcallbacks"]["budget"]
+    assert trace["profcallbacks"]["steps"] == [3, 4, 5, 6] and block["active_steps"] == 4
+    assert block["first_step_bytes"] > 0 and block["trimmed"] == []
+    events = trace["traceEvents"]
+    for step in trace["profcallbacks"]["steps"]:  # each step holds its own operators
+        [span] = [e for e in events if e.get("name") == f"ProfilerStep#{step}"]
+        inside = [e for e in events if e.get("name") == "aten::addmm"
+                  and span["ts"] <= e["ts"] <= span["ts"] + span["dur"]]
+        assert len(inside) == 12, (step, len(inside))
+    frames = [e["args"] for e in events if e.get("cat") == "python_function"]
+    ids = [f["Python id"] for f in frames]
+    assert len(ids) == len(set(ids)) and has_python_frames(trace)
+    assert {f["Python parent id"] for f in frames} - {None} <= set(ids)
+    flows = [(e["ph"], e["id"]) for e in events if e.get("cat") == "fwdbwd"]
+    assert len(flows) == len(set(flows)) > 0  # each flow id starts and ends once
+    processes = [e["pid"] for e in events if e.get("name") == "process_name"]
+    assert len(processes) == len(set(processes))  # each piece's bookkeeping appears once
+    assert sum(e.get("name") == "Record Window End" for e in events) == 1
+    [session] = [e for e in events if e.get("cat") == "Trace"]
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    assert session["ts"] <= min(e["ts"] for e in steps)
+    assert max(e["ts"] + e["dur"] for e in steps) <= session["ts"] + session["dur"]
+
+
+def test_a_first_step_over_the_budget_is_recorded_again_trimmed(tmp_path):
     model, opt = many_modules()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=1),
-                        budget=ByteBudget(), **QUIET)
+                        trace=TraceOptions(with_stack=True),
+                        budget=ByteBudget(capture_bytes=30_000, logdir_bytes=None), **QUIET)
     enabled = []
     with prof:
         for _ in range(6):
             model(torch.randn(4, 16)).sum().backward()
             opt.step()
             prof.step()
-            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled,
-                            prof.session.capture_open))
-    assert [s for s, on, _ in enabled if on] == [2, 3]  # the probe, then the window
-    assert [s for s, _, window in enabled if window] == [2, 3]
-    assert not (tmp_path / ".profcallbacks-staging").exists()  # the probe's file is gone
-    [file] = trace_files(capture_dirs(tmp_path)[0])
-    assert load_trace(file)["profcallbacks"]["budget"]["probe_bytes_per_step"] > 0
+            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled))
+    assert [s for s, on in enabled if on] == [3, 4]  # measured, then recorded again
+    [directory] = capture_dirs(tmp_path)
+    assert directory.name == "step000004-schedule"
+    [file] = trace_files(directory)
+    trace = load_trace(file)
+    block = trace["profcallbacks"]["budget"]
+    assert trace["profcallbacks"]["steps"] == [4] and not has_python_frames(trace)
+    assert block["trimmed"][0] == "with_stack off" and "was dropped" in block["reason"]
+    assert file.stat().st_size <= 30_000
+    assert not (tmp_path / ".profcallbacks-staging").exists()

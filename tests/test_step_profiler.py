@@ -109,7 +109,7 @@ def test_step_ranges_contain_the_step_ops_and_dataloader_is_countable(tmp_path):
 def test_nothing_installed_outside_windows(tmp_path):
     model, opt = tiny_model()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=1),
-                        tensorboard_scalars=False, budget=None)  # no size probe in the warmup
+                        tensorboard_scalars=False)
     with prof:
         for _ in range(6):
             train_step(model, opt)

@@ -1,10 +1,15 @@
-"""The capture byte budget at window boundaries: a size probe, the trim, and what it learned.
+"""The capture byte budget at window boundaries: the prediction, the trim, and what it learned.
 
 The controller asks :meth:`CaptureBudget.before_window` when a window is about to record. With no
-earlier capture to predict from, a window with a warmup step records that step once as a *probe*
-(a profiler of its own, saved and measured, then deleted) and the real profiler starts at the
-next step. Each capture's raw size (known as soon as kineto saved it) and, once published, its
-size on disk feed the prediction of the next one (``trimming.CaptureSizer``).
+earlier capture to predict from, the window's first recorded step is saved on its own as soon as
+it ends and measured (:meth:`CaptureBudget.first_step_saved`): the rest of the window is then
+trimmed to fit. That step stays the first of the capture when the options it was recorded with
+fit; when they must be trimmed, it is dropped and the window records its steps again, one step
+later, with the trimmed options. Each capture's raw size (known as soon as kineto saved it) and,
+once published, its size on disk feed the prediction of the next one (``trimming.CaptureSizer``).
+
+Measuring the first step costs no more than recording it in the window's own profiler: kineto's
+stop and save take the same time per event whether a window stops once or twice.
 """
 
 from __future__ import annotations
@@ -16,75 +21,85 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from torch.profiler import profile
-
 from profcallbacks.capture.planner import Window
-from profcallbacks.capture.trace_writer import GZIP_LEVEL, RAW_DIR_PREFIX, RAW_FILE, remove_raw
+from profcallbacks.capture.trace_writer import GZIP_LEVEL
 from profcallbacks.capture.trimming import CaptureSizer, Trim
-from profcallbacks.core.safefs import ensure_dir, make_private_dir, read_regular
-from profcallbacks.layout import STAGING_DIR
 from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
 
-MAX_PROBE_BYTES = 1 << 31
-"""Largest one-step probe trace read back (2 GiB); a larger one is not measured."""
+RATIO_SAMPLE_BYTES = 1 << 20
+"""Bytes of the first step's raw trace gzipped to learn the ratio (~3 ms; the whole of a 12 MB
+step would take ~30 ms on the training thread)."""
 
 
 class CaptureBudget:
     """Trims each window to ``capture_bytes`` and learns from each capture written.
 
     Example:
-        >>> budget = CaptureBudget(5_000_000, Path("runs/x"))
-        >>> budget.before_window(Window(0, 1, 3, "schedule"), TraceOptions(), warmup=True) is None
+        >>> budget = CaptureBudget(5_000_000)
+        >>> window, options, measure_first = budget.before_window(Window(0, 1, 3, "schedule"),
+        ...                                                       TraceOptions())
+        >>> measure_first  # nothing measured yet: its first step is saved on its own
         True
     """
 
-    def __init__(self, capture_bytes: int, logdir: Path) -> None:
+    def __init__(self, capture_bytes: int) -> None:
         self.sizer = CaptureSizer(capture_bytes)
-        self._logdir = logdir
-        self._probe: Any | None = None  # a torch.profiler.profile recording one step
-        self._probe_options: TraceOptions | None = None
-        self._probe_per_step: float | None = None
-        self._probed: Window | None = None
+        self._first_step_bytes: float | None = None  # predicted on disk, from a first step saved
         self._trims: dict[Window, Trim] = {}
         self._unmeasured: dict[str, tuple[int, str]] = {}  # capture name -> raw bytes, file name
 
-    @property
-    def probing(self) -> bool:
-        """A probe profiler records the current step."""
-        return self._probe is not None
+    def before_window(self, window: Window,
+                      options: TraceOptions) -> tuple[Window, TraceOptions, bool]:
+        """The window and options to record with, and whether to save its first step on its own
+        to measure it (nothing of this run was measured yet)."""
+        if self.sizer.knows_nothing:
+            self._trims[window] = Trim(options, window.active, window.active, None,
+                                       reason="no earlier capture to predict from")
+            return window, options, True
+        trimmed, trim = self._plan(window, options)
+        self._trims[trimmed] = trim
+        return trimmed, trim.options, False
 
-    def before_window(self, window: Window, options: TraceOptions, *,
-                      warmup: bool) -> tuple[Window, TraceOptions] | None:
-        """The window and options to record with, or ``None`` while a probe records this step.
+    def first_step_saved(self, window: Window, options: TraceOptions, raw: Path,
+                         raw_bytes: int) -> tuple[Window, TraceOptions, bool]:
+        """The window's first recorded step was saved on its own to ``raw``: learn from it and
+        plan the rest. Returns the window and options to go on with, and whether that step
+        stays in the capture (``False``: the options were trimmed, so the step is dropped and
+        the window records its steps one step later)."""
+        self._trims.pop(window, None)
+        self.sizer.record_raw(options, steps=1, raw_bytes=raw_bytes)
+        with contextlib.suppress(OSError), open(raw, "rb") as f:  # ours, in a private directory
+            sample = f.read(RATIO_SAMPLE_BYTES)
+            if sample:
+                self.sizer.record_disk(raw_bytes=len(sample),
+                                       disk_bytes=len(zlib.compress(sample, GZIP_LEVEL)))
+        self._first_step_bytes = self.sizer.per_step(options)
+        trimmed, trim = self._plan(window, options)
+        if trim.options == options:
+            self._trims[trimmed] = trim
+            return trimmed, options, True
+        later = replace(trimmed, warmup=window.warmup + 1)
+        self._trims[later] = replace(trim, reason=trim.reason + "; the first step, recorded with "
+                                     "the options asked for to measure them, was dropped")
+        return later, trim.options, False
 
-        Args:
-            window: The window about to record (or warm up) at this step.
-            options: The options it would record with untrimmed.
-            warmup: This step is one of the window's warmup steps.
-        """
-        if self._probe is not None:
-            self._finish_probe()
-        elif self.sizer.knows_nothing and warmup and self._probed != window:
-            self._probed = window
-            if self._start_probe(options):
-                return None
+    def _plan(self, window: Window, options: TraceOptions) -> tuple[Window, Trim]:
         trim = self.sizer.plan(options, window.active, trigger=window.trigger)
         trimmed = replace(window, active=trim.active)
-        self._trims[trimmed] = trim
         if trim.trimmed:
             log.info("profcallbacks: capture %s trimmed to its budget of %.1f MB: %s (%s).",
                      trimmed.dir_name(), self.sizer.capture_bytes / 1e6, ", ".join(trim.trimmed),
                      trim.reason)
-        return trimmed, trim.options
+        return trimmed, trim
 
     def metadata(self, window: Window) -> dict[str, Any] | None:
         """The ``budget`` block for the capture of ``window`` (``None`` when it was not planned)."""
         trim = self._trims.pop(window, None)
         if trim is None:
             return None
-        return trim.metadata(self.sizer.capture_bytes, self._probe_per_step)
+        return trim.metadata(self.sizer.capture_bytes, self._first_step_bytes)
 
     def recorded(self, name: str, file_name: str, options: TraceOptions, *, steps: int,
                  raw_bytes: int | None) -> None:
@@ -108,48 +123,3 @@ class CaptureBudget:
                                     "of %.1f MB; it is kept (marked in the report) and the next "
                                     "capture is trimmed by its size.", directory.name, disk / 1e6,
                                     self.sizer.capture_bytes / 1e6)
-
-    def close(self) -> None:
-        """Stop a probe still recording (the run ended in a warmup step)."""
-        probe, self._probe = self._probe, None
-        if probe is not None:
-            with contextlib.suppress(Exception):
-                probe.stop()
-
-    def _start_probe(self, options: TraceOptions) -> bool:
-        try:
-            probe = profile(**options.profiler_kwargs())
-            probe.start()
-        except Exception as exc:  # e.g. another profiler runs: no probe, no prediction yet
-            log.info("profcallbacks: no size probe (%s); the first capture is not trimmed.", exc)
-            return False
-        self._probe, self._probe_options = probe, options
-        return True
-
-    def _finish_probe(self) -> None:
-        probe, self._probe = self._probe, None
-        assert probe is not None and self._probe_options is not None
-        path: Path | None = None
-        try:
-            probe.stop()
-            staging = self._logdir / STAGING_DIR
-            ensure_dir(staging, own=True)  # kineto saves by path: in a private directory
-            path = make_private_dir(staging, f"{RAW_DIR_PREFIX}size-probe-") / RAW_FILE
-            probe.export_chrome_trace(str(path))
-            data = read_regular(path, max_bytes=MAX_PROBE_BYTES)
-            size, disk = len(data), len(zlib.compress(data, GZIP_LEVEL))  # one step: ~ms
-        except Exception as exc:
-            log.info("profcallbacks: the size probe failed (%s); the first capture is not "
-                     "trimmed.", exc)
-            return
-        finally:
-            if path is not None:
-                remove_raw(path)
-            with contextlib.suppress(Exception):
-                probe.profiler = None  # free its events now, not in a later training step
-        self.sizer.record_raw(self._probe_options, steps=1, raw_bytes=size)
-        self.sizer.record_disk(raw_bytes=size, disk_bytes=disk)
-        per_step = self.sizer.per_step(self._probe_options)
-        self._probe_per_step = per_step
-        log.info("profcallbacks: size probe: %.0f kB per step on disk predicted.",
-                 (per_step or 0) / 1e3)

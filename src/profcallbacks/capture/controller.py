@@ -18,6 +18,7 @@ from profcallbacks.capture.exporter import TraceExporter
 from profcallbacks.capture.planner import CapturePlanner, Window
 from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
+from profcallbacks.capture.trace_writer import remove_raw
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.core.triggers import FILE, CaptureRequest
@@ -65,9 +66,9 @@ class CaptureController:
         self._refused: Window | None = None  # the profiler would not start for this window
         self._broken = False
         self._agreed_step = -1
-        self._retired: Any | None = None  # the last exported profiler, freed between steps
+        self._retired: list[Any] = []  # exported profilers, their events freed between steps
         budget = config.budget.capture_bytes if config.budget is not None else None
-        self._budget = CaptureBudget(budget, logdir) if budget is not None else None
+        self._budget = CaptureBudget(budget) if budget is not None else None
         self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
         """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
         self._guard = TerminationGuard(lambda: self.on_terminate())
@@ -81,10 +82,10 @@ class CaptureController:
         freed by the collector in whichever training step it next runs. torch's own scheduled
         profiler keeps them until its next cycle as well.
         """
-        retired, self._retired = self._retired, None
-        if retired is not None:
+        retired, self._retired = self._retired, []
+        for profiler in retired:
             with contextlib.suppress(Exception):  # torch's attribute; never worth a failure
-                retired.profiler = None  # the autograd profiler, with kineto's results
+                profiler.profiler = None  # the autograd profiler, with kineto's results
 
     @property
     def captures(self) -> list[Path]:
@@ -106,8 +107,8 @@ class CaptureController:
 
     @property
     def window_open(self) -> bool:
-        """torch.profiler runs for the current step: a capture, or the byte budget's size probe."""
-        return self._capture is not None or (self._budget is not None and self._budget.probing)
+        """torch.profiler runs for the current step."""
+        return self._capture is not None
 
     @property
     def affects_steps(self) -> bool:
@@ -119,9 +120,8 @@ class CaptureController:
         and a slow export on a busy machine must not blind the detectors for its whole duration.
         """
         exporter = self._exporter
-        return (self._capture is not None or (exporter is not None and exporter.busy
-                                              and exporter.in_process)
-                or (self._budget is not None and self._budget.probing))
+        return self._capture is not None or (exporter is not None and exporter.busy
+                                             and exporter.in_process)
 
     def boundary_step(self, step: int) -> int:
         """The next step after ``step`` whose ``begin_step`` must run (a window or agreement)."""
@@ -196,8 +196,11 @@ class CaptureController:
             if agreed is not None:
                 self._planner.request(agreed.steps or 1, agreed.trigger,
                                       profile_memory=agreed.profile_memory)
-        phase = self._planner.phase_for(step)
         capture = self._capture
+        if capture is not None and capture.measure_first and capture.spans:
+            self._measure_first_step(capture)  # before the phase: it may change the window
+            capture = self._capture
+        phase = self._planner.phase_for(step)
         if capture is None and phase is Phase.IDLE:
             return
         if capture is not None and (phase is Phase.IDLE or capture.window != self._planner.window):
@@ -210,15 +213,13 @@ class CaptureController:
             if capture is None:
                 self.release_retired()  # inside a profiled step anyway
                 options = _options(self._config, window)
+                measure_first = False
                 if self._budget is not None:
                     self._budget.published(self.captures)
-                    planned = self._budget.before_window(window, options,
-                                                         warmup=phase is Phase.WARMUP)
-                    if planned is None:
-                        return  # a size probe records this step
-                    window, options = planned
+                    window, options, measure_first = self._budget.before_window(window, options)
                     self._planner.shorten(window)
-                capture = self._capture = TraceCapture(options, window)
+                capture = self._capture = TraceCapture(options, window,
+                                                       measure_first=measure_first)
                 self._guard.arm()
                 self._tid = threading.get_native_id()  # the thread that steps: its ops' tid
                 if self._exporter is not None and self._exporter.busy:
@@ -277,32 +278,67 @@ class CaptureController:
         finally:
             self._guard.disarm()
 
-    def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
+    def _measure_first_step(self, capture: TraceCapture) -> None:
+        """Save the first recorded step of the run's first capture on its own, learn its size,
+        and go on with the window trimmed to fit (``CaptureBudget.first_step_saved``)."""
+        assert self._budget is not None and self._exporter is not None
         try:
-            profiler = capture.stop()
+            with held_signals():  # a signal now would leave kineto half stopped
+                profiler = capture.cut()
+            saved = self._exporter.save(profiler, self._info(capture, partial=False))
+            self._retired.append(profiler)
         except Exception as exc:
             log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.", exc)
+            saved = None
+        if saved is None:  # logged; the rest of this window is not recorded
+            self._refused = capture.window
+            self._capture = None
+            self._guard.disarm()
             return
-        if profiler is None or not capture.spans or self._exporter is None:
+        window, options, keep = self._budget.first_step_saved(capture.window, capture.options,
+                                                              *saved)
+        if keep:
+            capture.pieces.append(saved)
+        else:
+            remove_raw(saved[0])
+            capture.spans.clear()
+        self._planner.shorten(window)
+        capture.go_on(options, window)
+
+    def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
+        pieces = capture.pieces
+        try:
+            profiler = capture.stop()
+            if profiler is not None and capture.spans and self._exporter is not None:
+                saved = self._exporter.save(profiler, self._info(capture, partial=partial))
+                self._retired.append(profiler)  # freed between steps, not in this one
+                pieces = [*pieces, saved] if saved is not None else []
+        except Exception as exc:
+            log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.", exc)
+            pieces = []
+        if not capture.spans or self._exporter is None or not pieces:
+            for raw, _ in capture.pieces:
+                remove_raw(raw)
             return
-        window = capture.window
-        info = CaptureInfo(name=window.dir_name(partial=partial),
-                           trigger=window.trigger, first_step=window.first_active,
-                           steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
-                           tid=self._tid, rank=self._rank, backend=_backend(),
-                           export_overlap=capture.overlaps_export,
-                           budget=self._budget.metadata(window) if self._budget else None)
-        raw_bytes = self._exporter.submit(profiler, info)
+        raw_bytes = sum(size for _, size in pieces)
+        info = replace(self._info(capture, partial=partial),
+                       pieces=tuple(str(raw) for raw, _ in pieces[:-1]),
+                       budget=self._budget.metadata(capture.window) if self._budget else None)
+        self._exporter.queue(pieces[-1][0], raw_bytes, info)
         if self._budget is not None:
             self._budget.recorded(info.name, trace_file_name(self._rank.worker, info.first_step),
                                   capture.options, steps=len(capture.spans), raw_bytes=raw_bytes)
-        self.release_retired()
-        self._retired = profiler
+
+    def _info(self, capture: TraceCapture, *, partial: bool) -> CaptureInfo:
+        window = capture.window
+        return CaptureInfo(name=window.dir_name(partial=partial),
+                           trigger=window.trigger, first_step=window.first_active,
+                           steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
+                           tid=self._tid, rank=self._rank, backend=_backend(),
+                           export_overlap=capture.overlaps_export)
 
     def close(self, *, failed: bool) -> None:
         """Export a window still open as partial, then wait for the exports to finish."""
-        if self._budget is not None:
-            self._budget.close()
         try:
             self.finish(partial=True)
         except Exception as exc:  # e.g. the export thread cannot start: the run still ends

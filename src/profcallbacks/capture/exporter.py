@@ -113,15 +113,15 @@ class TraceExporter:
             self._channel = _start_channel(self._on_message)
             self._channel.send(self._config)
 
-    def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
-        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
-        with the raw trace's size in bytes (``None``: it could not be saved)."""
+    def save(self, profiler: Any, info: CaptureInfo) -> tuple[Path, int] | None:
+        """Save ``profiler``'s raw trace for ``info`` here (kineto's save: on this thread);
+        returns its path and size in bytes, or ``None`` when it could not be saved (logged)."""
         raw: Path | None = None
         try:
             raw = new_raw_trace_path(self._logdir, info)  # in a private directory: kineto
             with _kineto_path(raw) as target:  # kineto saves by path; it stays with the profiler
                 profiler.export_chrome_trace(target)
-            size = os.lstat(raw).st_size
+            return raw, os.lstat(raw).st_size
         except Exception as exc:
             self.failures += 1
             log.warning("profcallbacks: could not export capture %s (%s); training "
@@ -130,12 +130,23 @@ class TraceExporter:
             if raw is not None:
                 remove_raw(raw)
             return None
+
+    def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
+        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
+        with the raw trace's size in bytes (``None``: it could not be saved)."""
+        saved = self.save(profiler, info)
+        if saved is None:
+            return None
+        self.queue(*saved, info)
+        return saved[1]
+
+    def queue(self, raw: Path, size: int, info: CaptureInfo) -> None:
+        """Hand the saved raw trace ``raw`` (and the pieces ``info`` names) to the helper."""
         self.prepare()
         assert self._channel is not None
         with self._lock:
             self._jobs[info.name] = (info, size, raw)
         self._channel.send(("export", str(raw), info))
-        return size
 
     def take_findings(self) -> list[Finding]:
         """Findings about published captures since the last call (for the training thread)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,13 +29,16 @@ class TraceCapture:
         >>> profiler = capture.stop()                  # doctest: +SKIP
     """
 
-    def __init__(self, options: TraceOptions, window: Window) -> None:
+    def __init__(self, options: TraceOptions, window: Window, *,
+                 measure_first: bool = False) -> None:
         self.window = window
         self.options = options
         self._profiler: Any = profile(**options.profiler_kwargs())
         self._state = "created"
         self.spans: list[StepSpan] = []
         self.overlaps_export = False  # began while an earlier capture was still being exported
+        self.measure_first = measure_first  # its first step is saved on its own, to be measured
+        self.pieces: list[tuple[Path, int]] = []  # raw traces saved so far, and their bytes
 
     @property
     def recording(self) -> bool:
@@ -55,6 +59,20 @@ class TraceCapture:
         if self._state == "warm":
             self._profiler.start_trace()
             self._state = "recording"
+
+    def cut(self) -> Any:
+        """Stop the profiler after the first recorded step, to save that step on its own; the
+        window goes on with :meth:`go_on`. Returns the stopped profiler."""
+        assert self.recording, "cut() follows a recorded step"
+        self.measure_first = False
+        return self.stop()
+
+    def go_on(self, options: TraceOptions, window: Window) -> None:
+        """After :meth:`cut`: record the rest of ``window`` with ``options`` (a new profiler,
+        started by the next ``record``)."""
+        self.options, self.window = options, window
+        self._profiler = profile(**options.profiler_kwargs())
+        self._state = "created"
 
     def add_span(self, step: int, start_ns: int, end_ns: int) -> None:
         self.spans.append(StepSpan(step, start_ns, end_ns))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import CaptureInfo, postprocess
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
@@ -126,6 +127,12 @@ def remove_raw(raw: Path) -> None:
         remove_own(raw.parent, kind="dir")
 
 
+def remove_raws(raw: Path, info: CaptureInfo) -> None:
+    """Remove the raw trace of ``info`` and those of its earlier pieces; never raises."""
+    for path in [*map(Path, info.pieces), raw]:
+        remove_raw(path)
+
+
 class CaptureWriter:
     """Post-processes and gzips each raw trace, then publishes its capture directory.
 
@@ -187,9 +194,11 @@ class CaptureWriter:
             self._staging.rmdir()
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
-        with _collector_paused():  # the raw trace is read only as a regular file of ours
-            encoded = _encode(postprocess(_decode(read_regular(raw, max_bytes=MAX_RAW_BYTES)),
-                                          info))
+        with _collector_paused():  # raw traces are read only as regular files of ours
+            trace = stitch([_decode(read_regular(path, max_bytes=MAX_RAW_BYTES))
+                            for path in [*map(Path, info.pieces), raw]])
+            encoded = _encode(postprocess(trace, info))
+            del trace
         name = trace_file_name(info.rank.worker, info.first_step)
         with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
             writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
@@ -202,7 +211,7 @@ class CaptureWriter:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(writing, dir_fd=stage_fd)
-        remove_raw(raw)  # only now: until here a killed writer leaves it to rescue
+        remove_raws(raw, info)  # only now: until here a killed writer leaves it to rescue
         self._written[info.name] = (name, info)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
@@ -257,12 +266,17 @@ class CaptureWriter:
                         type(exc).__name__, exc)
 
     def _discard(self, raw: Path, info: CaptureInfo) -> None:
-        remove_raw(raw)  # e.g. a read-only file system: what stays is reported at next start
+        remove_raws(raw, info)  # e.g. a read-only file system: what stays is reported at next start
         self._waiting.discard(info.name)
 
 
 def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
-    """Publish the raw trace of ``info`` as it is, in a ``-partial`` directory (writer gone)."""
+    """Publish the raw trace of ``info`` as it is, in a ``-partial`` directory (writer gone).
+
+    A capture saved in pieces keeps only its last (all but its first step): joining them is the
+    writer's work."""
+    for piece in map(Path, info.pieces):
+        remove_raw(piece)
     if not is_own(raw, kind="file"):
         return None
     name = info.name if info.name.endswith("-partial") else info.name + "-partial"

@@ -4,8 +4,9 @@ A capture's size is its steps times its bytes per step, and bytes per step depen
 that make events larger (``with_stack`` adds Python frames to every operator, ``record_shapes``
 and ``profile_memory`` add arguments and allocation events). The sizer learns bytes per step for
 each combination of those options from the run's own earlier captures (raw trace bytes measured
-when kineto saved them, times the gzip ratio the exporter achieved), or from a one-step probe
-when the run has none. Before a window opens it trims, in this order, until the prediction fits:
+when kineto saved them, times the gzip ratio the exporter achieved), or from the first capture's
+first step, saved on its own, when the run has none. Before a window records (the rest of the
+first one) it trims, in this order, until the prediction fits:
 
 1. fewer active steps (down to one);
 2. ``with_stack`` off;
@@ -54,13 +55,13 @@ class Trim:
     trimmed: tuple[str, ...] = ()
     reason: str = ""
 
-    def metadata(self, budget_bytes: int, probe_bytes_per_step: float | None) -> dict[str, Any]:
+    def metadata(self, budget_bytes: int, first_step_bytes: float | None) -> dict[str, Any]:
         """The ``budget`` block of the capture's trace metadata."""
         return {"capture_bytes": budget_bytes, "predicted_bytes": self.predicted_bytes,
                 "requested_active_steps": self.requested_active, "active_steps": self.active,
                 "trimmed": list(self.trimmed), "reason": self.reason,
-                "probe_bytes_per_step": None if probe_bytes_per_step is None
-                else round(probe_bytes_per_step)}
+                "first_step_bytes": None if first_step_bytes is None
+                else round(first_step_bytes)}
 
 
 class CaptureSizer:
@@ -80,7 +81,7 @@ class CaptureSizer:
 
     @property
     def knows_nothing(self) -> bool:
-        """No capture of this run has been measured yet (a probe would tell)."""
+        """No capture of this run has been measured yet (its first step will tell)."""
         return not self._raw_per_step
 
     def record_raw(self, options: TraceOptions, *, steps: int, raw_bytes: int) -> None:

@@ -32,3 +32,4 @@ class CaptureInfo:
     backend: str | None = None
     export_overlap: bool = False  # recorded while an earlier capture was being exported
     budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed
+    pieces: tuple[str, ...] = ()  # raw traces of its first steps, saved before the main one

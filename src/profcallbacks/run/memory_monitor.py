@@ -101,10 +101,11 @@ class MemoryMonitor:
 
     def _window_step(self, step: int, capture: TraceCapture | None) -> list[Finding]:
         recording = capture is not None and capture.window.trigger == TRIGGER and capture.recording
-        if self._spy is None and recording and self._due is None:
+        if recording:  # named at each step: a byte budget may move its first step
             assert capture is not None
             self._capture_name = capture.window.dir_name()
             self._capture_step = capture.window.first_active
+        if self._spy is None and recording and self._due is None:
             self._start_cuda_history()
             try:
                 self._spy = MemorySiteSpy().__enter__()

@@ -3,12 +3,14 @@
 Run: python benchmarks/window_cost.py [--repeats 3] [--models nanogpt,many_modules]
 
 Per model (a nanoGPT-style transformer and a network of many small modules, both sized to a
-~25 ms step on one CPU thread), in one process, alternated repeat by repeat:
-  ours   StepProfiler(schedule=Schedule(skip_first=W, warmup=1, active=5)), default TraceOptions
-         (record_shapes and with_modules on)
-  torch  torch.profiler.profile(schedule=schedule(skip_first=W, warmup=1, active=5, repeat=1),
-         on_trace_ready=tensorboard_trace_handler(dir)) with the same options: its export runs
-         synchronously inside prof.step()
+~25 ms step on one CPU thread), in one process, in a shuffled order each repeat:
+  ours       StepProfiler(schedule=Schedule(skip_first=W, warmup=1, active=5)), default
+             TraceOptions (record_shapes and with_modules on) and the default ByteBudget: the
+             run's first window, which saves its first step on its own to measure it
+  no-budget  the same with budget=None
+  torch      torch.profiler.profile(schedule=schedule(skip_first=W, warmup=1, active=5,
+             repeat=1), on_trace_ready=tensorboard_trace_handler(dir)) with the same options:
+             its export runs synchronously inside prof.step()
 The cost of a window is the excess step time over the window and the 25 steps after it: the sum
 of (step time - median step time of the W steps before the window). Goal: ours <= 1.05x torch.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import random
 import statistics
 import tempfile
 import time
@@ -111,14 +114,18 @@ def timed_steps(step: Callable[[], None], prof: Any) -> list[float]:
     return times
 
 
-def run_ours(step: Callable[[], None]) -> list[float]:
+def run_ours(step: Callable[[], None], **options: Any) -> list[float]:
     with tempfile.TemporaryDirectory() as logdir:
         prof = StepProfiler(logdir, schedule=Schedule(skip_first=BEFORE, warmup=1, active=5),
                             tensorboard_scalars=False, watch_capture_file=False,
-                            capture_on_slowdown=False, sync_audit=False)
+                            capture_on_slowdown=False, sync_audit=False, **options)
         times = timed_steps(step, prof)
         assert len(prof.captures) == 1, prof.captures
     return times
+
+
+def run_no_budget(step: Callable[[], None]) -> list[float]:
+    return run_ours(step, budget=None)
 
 
 def run_torch(step: Callable[[], None]) -> list[float]:
@@ -142,26 +149,31 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     makers = {"nanogpt": nanogpt_step, "many_modules": many_modules_step}
+    runs: dict[str, Callable[[Callable[[], None]], list[float]]] = {
+        "ours": run_ours, "no-budget": run_no_budget, "torch": run_torch}
+    shuffle = random.Random(0)
     for name in args.models.split(","):
         step = makers[name]()
         for _ in range(10):
             step()
-        ours, theirs, base = [], [], []
-        for r in range(args.repeats):
-            runs = [("ours", run_ours), ("torch", run_torch)]
-            for label, run in runs if r % 2 == 0 else runs[::-1]:
-                times = run(step)
+        excess: dict[str, list[float]] = {label: [] for label in runs}
+        base = []
+        for _ in range(args.repeats):
+            for label in shuffle.sample(list(runs), len(runs)):
+                times = runs[label](step)
                 gc.collect()  # each run frees its own garbage, not the next run (torch's
                 # profiler sits in a reference cycle with its recorded events until collected)
-                (ours if label == "ours" else theirs).append(excess_s(times))
+                excess[label].append(excess_s(times))
                 base.append(statistics.median(times[:BEFORE]))
         print(f"\n{name}: step {statistics.median(base) * 1e3:.1f} ms; extra training time per "
               f"5-step window (window + {AFTER} steps after), {args.repeats} repeats")
-        print(f"  ours  {' '.join(f'{s * 1e3:7.0f}' for s in ours)} ms   median "
-              f"{statistics.median(ours) * 1e3:.0f} ms")
-        print(f"  torch {' '.join(f'{s * 1e3:7.0f}' for s in theirs)} ms   median "
-              f"{statistics.median(theirs) * 1e3:.0f} ms")
-        print(f"  ours / torch: {statistics.median(ours) / statistics.median(theirs):.2f}")
+        median = {label: statistics.median(values) for label, values in excess.items()}
+        for label, values in excess.items():
+            print(f"  {label:9} {' '.join(f'{s * 1e3:7.0f}' for s in values)} ms   median "
+                  f"{median[label] * 1e3:.0f} ms")
+        print(f"  ours / torch: {median['ours'] / median['torch']:.2f}   no-budget / torch: "
+              f"{median['no-budget'] / median['torch']:.2f}   ours / no-budget: "
+              f"{median['ours'] / median['no-budget']:.2f}")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ def test_sizer_trims_in_the_documented_order():
     sizer.record_raw(full, steps=1, raw_bytes=200_000)
     sizer.record_disk(raw_bytes=200_000, disk_bytes=20_000)  # 20 kB a step on disk
     assert sizer.plan(full, 8, trigger="schedule").trimmed == ("active steps 8 -> 4",)
+    fewer = sizer.plan(full, 3, trigger="schedule", most=2)  # a window whose first step went
+    assert (fewer.active, fewer.requested_active, fewer.trimmed) == (2, 3, ("active steps 3 -> 2",))
     sizer.record_raw(full, steps=1, raw_bytes=1_300_000)  # 130 kB a step: one step is too much
     trim = sizer.plan(full, 8, trigger="schedule")
     assert trim.trimmed == ("active steps 8 -> 1", "with_stack off") and not trim.options.with_stack
@@ -240,25 +242,39 @@ def test_the_first_capture_measures_its_first_step_and_keeps_it_in_one_trace(tmp
     assert max(e["ts"] + e["dur"] for e in steps) <= session["ts"] + session["dur"]
 
 
-def test_a_first_step_over_the_budget_is_recorded_again_trimmed(tmp_path):
+def first_capture_over_its_budget(tmp_path: Path, active: int) -> tuple[list[int], Path]:
+    """A with_stack run whose first step does not fit 30 kB: the steps profiled, the capture."""
     model, opt = many_modules()
-    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=1),
+    prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=active),
                         trace=TraceOptions(with_stack=True),
                         budget=ByteBudget(capture_bytes=30_000, logdir_bytes=None), **QUIET)
     enabled = []
     with prof:
-        for _ in range(6):
+        for _ in range(8):
             model(torch.randn(4, 16)).sum().backward()
             opt.step()
             prof.step()
-            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled))
-    assert [s for s, on in enabled if on] == [3, 4]  # measured, then recorded again
+            if torch.autograd.profiler._is_profiler_enabled:
+                enabled.append(prof.session.step)
+    assert not (tmp_path / ".profcallbacks-staging").exists()
     [directory] = capture_dirs(tmp_path)
-    assert directory.name == "step000004-schedule"
+    return enabled, directory
+
+
+@pytest.mark.parametrize("active", [1, 3])
+def test_a_first_step_over_the_budget_is_dropped_and_the_window_records_trimmed(tmp_path,
+                                                                                active):
+    enabled, directory = first_capture_over_its_budget(tmp_path, active)
     [file] = trace_files(directory)
     trace = load_trace(file)
     block = trace["profcallbacks"]["budget"]
-    assert trace["profcallbacks"]["steps"] == [4] and not has_python_frames(trace)
-    assert block["trimmed"][0] == "with_stack off" and "was dropped" in block["reason"]
-    assert file.stat().st_size <= 30_000
-    assert not (tmp_path / ".profcallbacks-staging").exists()
+    steps = trace["profcallbacks"]["steps"]
+    assert "with_stack off" in block["trimmed"] and "was dropped" in block["reason"]
+    assert not has_python_frames(trace) and file.stat().st_size <= 30_000
+    assert len(steps) == block["active_steps"] and block["requested_active_steps"] == active
+    assert enabled == [3, *steps]  # measured at step 3, then recorded trimmed
+    if active == 1:  # its one step is recorded again, one step later
+        assert directory.name == "step000004-schedule" and steps == [4]
+    else:  # the rest of the window, under its own name (as on every rank)
+        assert directory.name == "step000003-schedule" and steps[0] == 4
+        assert f"active steps {active} -> {len(steps)}" in block["trimmed"]

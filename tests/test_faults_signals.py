@@ -1,6 +1,7 @@
 """Signals stay the job's: real SIGINT/SIGTERM sent to a real training process at the window's
-stop (and inside the window), with the dispositions jobs use: the default, SIG_IGN, a graceful
-stop handler, ``signal(SIGTERM, lambda *_: sys.exit(143))``."""
+stop (and inside the window, and at the stop after its first step, which the default byte budget
+saves on its own), with the dispositions jobs use: the default, SIG_IGN, a graceful stop
+handler, ``signal(SIGTERM, lambda *_: sys.exit(143))``."""
 
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ SCRIPT = textwrap.dedent("""
     elif {disposition!r} == "graceful":
         signal.signal(SIG, lambda signum, frame: calls.append(signum))
     real_stop = profile.stop_trace
+    stops = []
 
     def stop_with_a_signal(self):
-        if {when!r} == "stop":
-            os.kill(os.getpid(), SIG)  # arrives in the middle of the window's stop
+        stops.append(self)  # the first: after the window's first step, saved on its own
+        if ({when!r}, len(stops)) in (("cut", 1), ("stop", 2)):
+            os.kill(os.getpid(), SIG)  # arrives in the middle of that stop
         return real_stop(self)
 
     profile.stop_trace = stop_with_a_signal
@@ -113,10 +116,18 @@ def test_a_graceful_sigint_handler_runs_exactly_once(tmp_path):
     assert _captures(tmp_path) == {"step000002-schedule": [2, 3, 4]}
 
 
-@pytest.mark.parametrize("when", ["stop", "window"])
+@pytest.mark.parametrize("when", ["stop", "cut", "window"])
 def test_default_sigint_raises_keyboard_interrupt_after_the_stop(tmp_path, when):
     rc, out, err = _run(tmp_path, "SIGINT", "default", when)
     assert rc == -signal.SIGINT and "KeyboardInterrupt" in err and "finished" not in out
     expected = ({"step000002-schedule": [2, 3, 4]} if when == "stop"
                 else {"step000002-schedule-partial": [2]})
     assert _captures(tmp_path) == expected
+    assert not list((tmp_path / "run").glob(".profcallbacks-staging/*"))
+
+
+def test_sigterm_exit_handler_at_the_first_steps_stop_publishes_it_as_partial(tmp_path):
+    rc, out, err = _run(tmp_path, "SIGTERM", "exit", "cut")
+    assert rc == 143, err[-2000:]
+    assert _captures(tmp_path) == {"step000002-schedule-partial": [2]}
+    assert not list((tmp_path / "run").glob(".profcallbacks-staging/*"))

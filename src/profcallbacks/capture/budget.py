@@ -58,16 +58,19 @@ class CaptureBudget:
             self._trims[window] = Trim(options, window.active, window.active, None,
                                        reason="no earlier capture to predict from")
             return window, options, True
-        trimmed, trim = self._plan(window, options)
-        self._trims[trimmed] = trim
-        return trimmed, trim.options, False
+        trim = self.sizer.plan(options, window.active, trigger=window.trigger)
+        return self._planned(replace(window, active=trim.active), trim), trim.options, False
 
     def first_step_saved(self, window: Window, options: TraceOptions, raw: Path,
                          raw_bytes: int) -> tuple[Window, TraceOptions, bool]:
         """The window's first recorded step was saved on its own to ``raw``: learn from it and
         plan the rest. Returns the window and options to go on with, and whether that step
-        stays in the capture (``False``: the options were trimmed, so the step is dropped and
-        the window records its steps one step later)."""
+        stays in the capture.
+
+        When the options must be trimmed, the step is dropped: a window of several steps keeps
+        its name and records the rest of its steps trimmed (every rank names its captures
+        alike, whatever each measured); a window of one step records it again, one step
+        later."""
         self._trims.pop(window, None)
         self.sizer.record_raw(options, steps=1, raw_bytes=raw_bytes)
         with contextlib.suppress(OSError), open(raw, "rb") as f:  # ours, in a private directory
@@ -76,23 +79,27 @@ class CaptureBudget:
                 self.sizer.record_disk(raw_bytes=len(sample),
                                        disk_bytes=len(zlib.compress(sample, GZIP_LEVEL)))
         self._first_step_bytes = self.sizer.per_step(options)
-        trimmed, trim = self._plan(window, options)
-        if trim.options == options:
-            self._trims[trimmed] = trim
-            return trimmed, options, True
-        later = replace(trimmed, warmup=window.warmup + 1)
-        self._trims[later] = replace(trim, reason=trim.reason + "; the first step, recorded with "
-                                     "the options asked for to measure them, was dropped")
-        return later, trim.options, False
-
-    def _plan(self, window: Window, options: TraceOptions) -> tuple[Window, Trim]:
         trim = self.sizer.plan(options, window.active, trigger=window.trigger)
-        trimmed = replace(window, active=trim.active)
+        if trim.options == options:
+            return self._planned(replace(window, active=trim.active), trim), options, True
+        if window.active > 1:  # the window's other steps record trimmed, under the same name
+            trim = self.sizer.plan(options, window.active, trigger=window.trigger,
+                                   most=window.active - 1)
+            later = replace(window, active=trim.active + 1)  # led by the dropped step
+        else:  # its one step is recorded again, one step later
+            later = replace(window, warmup=window.warmup + 1)
+        trim = replace(trim, reason=trim.reason + "; the first step, recorded with the options "
+                       "asked for to measure them, was dropped")
+        return self._planned(later, trim), trim.options, False
+
+    def _planned(self, window: Window, trim: Trim) -> Window:
+        """Keep ``trim`` for the capture of ``window`` (its metadata) and log what it trims."""
+        self._trims[window] = trim
         if trim.trimmed:
             log.info("profcallbacks: capture %s trimmed to its budget of %.1f MB: %s (%s).",
-                     trimmed.dir_name(), self.sizer.capture_bytes / 1e6, ", ".join(trim.trimmed),
+                     window.dir_name(), self.sizer.capture_bytes / 1e6, ", ".join(trim.trimmed),
                      trim.reason)
-        return trimmed, trim
+        return window
 
     def metadata(self, window: Window) -> dict[str, Any] | None:
         """The ``budget`` block for the capture of ``window`` (``None`` when it was not planned)."""

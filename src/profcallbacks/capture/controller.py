@@ -280,30 +280,34 @@ class CaptureController:
 
     def _measure_first_step(self, capture: TraceCapture) -> None:
         """Save the first recorded step of the run's first capture on its own, learn its size,
-        and go on with the window trimmed to fit (``CaptureBudget.first_step_saved``)."""
+        and go on with the window trimmed to fit (``CaptureBudget.first_step_saved``).
+
+        Signals wait until the capture is whole again (its first step saved and kept, or
+        dropped): a Ctrl-C then publishes what was recorded, as at any other stop."""
         assert self._budget is not None and self._exporter is not None
-        try:
-            with held_signals():  # a signal now would leave kineto half stopped
+        with held_signals():
+            try:
                 profiler = capture.cut()
-            saved = self._exporter.save(profiler, self._info(capture, partial=False))
-            self._retired.append(profiler)
-        except Exception as exc:
-            log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.", exc)
-            saved = None
-        if saved is None:  # logged; the rest of this window is not recorded
-            self._refused = capture.window
-            self._capture = None
-            self._guard.disarm()
-            return
-        window, options, keep = self._budget.first_step_saved(capture.window, capture.options,
-                                                              *saved)
-        if keep:
-            capture.pieces.append(saved)
-        else:
-            remove_raw(saved[0])
-            capture.spans.clear()
-        self._planner.shorten(window)
-        capture.go_on(options, window)
+                saved = self._exporter.save(profiler, self._info(capture, partial=False))
+                self._retired.append(profiler)
+            except Exception as exc:
+                log.warning("profcallbacks: stopping the profiler failed (%s); capture dropped.",
+                            exc)
+                saved = None
+            if saved is None:  # logged; the rest of this window is not recorded
+                self._refused = capture.window
+                self._capture = None
+                self._guard.disarm()
+                return
+            window, options, keep = self._budget.first_step_saved(
+                capture.window, capture.options, *saved)
+            if keep:
+                capture.pieces.append(saved)
+            else:
+                remove_raw(saved[0])
+                capture.spans.clear()
+            self._planner.shorten(window)
+            capture.go_on(options, window)
 
     def _stop_and_submit(self, capture: TraceCapture, *, partial: bool) -> None:
         pieces = capture.pieces

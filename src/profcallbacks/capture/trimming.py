@@ -107,10 +107,19 @@ class CaptureSizer:
             return None
         return per_step * (self._ratio if self._ratio is not None else GZIP_RATIO)
 
-    def plan(self, options: TraceOptions, active: int, *, trigger: str) -> Trim:
-        """The window's options and steps, trimmed so its prediction fits the budget."""
+    def plan(self, options: TraceOptions, active: int, *, trigger: str,
+             most: int | None = None) -> Trim:
+        """The window's options and steps, trimmed so its prediction fits the budget.
+
+        Args:
+            options: The options the window would record with.
+            active: The steps it would record.
+            trigger: What opened it (a ``memory`` capture keeps ``profile_memory``).
+            most: The most steps it can still record, if fewer than ``active``.
+        """
         if self.per_step(options) is None:
             return Trim(options, active, active, None, reason="no earlier capture to predict from")
+        most = active if most is None else most
         room = self.capture_bytes * FILL
         trimmed: list[str] = []
         current = options
@@ -122,7 +131,7 @@ class CaptureSizer:
                 candidates.append(current)
         for candidate in candidates:
             per_step = self.per_step(candidate) or 0.0
-            steps = min(active, math.floor(room / per_step)) if per_step > 0 else active
+            steps = min(most, math.floor(room / per_step)) if per_step > 0 else most
             if steps >= 1 or candidate is candidates[-1]:
                 steps = max(steps, 1)
                 trimmed = [f"{name} off" for name in TRIM_OPTIONS

@@ -29,7 +29,13 @@ SKEW_US = 1000.0
 """How far apart one all-reduce's ends may stay across ranks after alignment, in the median over
 the capture. Rings finish rank after rank (~100-400 us here), and a rank descheduled before it
 records an end (several processes on two shared cores) shows it milliseconds late: those are
-the residual skew that the merged file records, not an error of the alignment."""
+the residual skew that the merged file records, not an error of the alignment. Where the ranks
+outnumber the cores (4 ranks on 2 here), each waits for a core in turn: the bound grows with that
+ratio (``skew_bound``); the offsets found and each end's place (``TOLERANCE_US``) do not."""
+
+
+def skew_bound(world: int) -> float:
+    return SKEW_US * max(1.0, world / (os.cpu_count() or 1))
 STEPS = [4, 5, 6]
 
 
@@ -135,12 +141,12 @@ def test_clocks_offset_by_5_ms_are_aligned_on_the_all_reduces(run, tmp_path):
         undone = [abs(a - b) for a, b in zip(rank_ends, plain[name], strict=True)]
         assert max(undone) <= TOLERANCE_US, (name, undone)  # each end where it was
         gaps = sorted(abs(a - b) for a, b in zip(rank_ends, reference, strict=True))
-        assert gaps[len(gaps) // 2] <= SKEW_US, (name, gaps)
+        assert gaps[len(gaps) // 2] <= skew_bound(world), (name, gaps)
     offsets = {r["rank"]: r["offset_us"] for r in meta["ranks"]}
     for rank in range(world):
         assert abs(offsets[rank] + rank * OFFSET_US) < SKEW_US
     assert meta["aligned_on"] == ["cpu:gloo:all_reduce"] and meta["collectives_matched"] == 12
-    assert all(r["residual_skew_us"]["median"] <= SKEW_US for r in meta["ranks"])
+    assert all(r["residual_skew_us"]["median"] <= skew_bound(world) for r in meta["ranks"])
 
 
 def test_merged_trace_is_held_to_the_byte_budget(run, tmp_path):
@@ -190,4 +196,4 @@ def test_perfetto_trace_processor_loads_one_process_per_rank(run):
     reference = ends[min(ends)]
     for rank_ends in ends.values():
         gaps = sorted(abs(a - b) for a, b in zip(rank_ends, reference, strict=True))
-        assert gaps[len(gaps) // 2] <= SKEW_US * 1000  # nanoseconds here
+        assert gaps[len(gaps) // 2] <= skew_bound(world) * 1000  # nanoseconds here

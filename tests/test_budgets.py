@@ -202,18 +202,18 @@ def test_budget_options_are_validated():
         StepProfiler(Path("x"), budget=100_000_000)
 
 
+def profiled_steps(prof: StepProfiler, steps: int) -> list[int]:
+    """Train ``steps`` steps; the steps during which torch.profiler was on."""
+    profiled: list[int] = []
+    train(prof, steps, lambda step, _: profiled.extend(
+        [step] if torch.autograd.profiler._is_profiler_enabled else []))
+    return profiled
+
+
 def test_the_first_capture_measures_its_first_step_and_keeps_it_in_one_trace(tmp_path):
-    model, opt = many_modules()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=4),
                         trace=TraceOptions(with_stack=True), budget=ByteBudget(), **QUIET)
-    enabled = []
-    with prof:
-        for _ in range(8):
-            model(torch.randn(4, 16)).sum().backward()
-            opt.step()
-            prof.step()
-            enabled.append((prof.session.step, torch.autograd.profiler._is_profiler_enabled))
-    assert [s for s, on in enabled if on] == [3, 4, 5, 6]  # no step profiled besides the window
+    assert profiled_steps(prof, 8) == [3, 4, 5, 6]  # no step profiled besides the window
     assert not (tmp_path / ".profcallbacks-staging").exists()  # the first step's file is gone
     [directory] = capture_dirs(tmp_path)
     [file] = trace_files(directory)
@@ -244,18 +244,10 @@ def test_the_first_capture_measures_its_first_step_and_keeps_it_in_one_trace(tmp
 
 def first_capture_over_its_budget(tmp_path: Path, active: int) -> tuple[list[int], Path]:
     """A with_stack run whose first step does not fit 30 kB: the steps profiled, the capture."""
-    model, opt = many_modules()
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=1, active=active),
                         trace=TraceOptions(with_stack=True),
                         budget=ByteBudget(capture_bytes=30_000, logdir_bytes=None), **QUIET)
-    enabled = []
-    with prof:
-        for _ in range(8):
-            model(torch.randn(4, 16)).sum().backward()
-            opt.step()
-            prof.step()
-            if torch.autograd.profiler._is_profiler_enabled:
-                enabled.append(prof.session.step)
+    enabled = profiled_steps(prof, 8)
     assert not (tmp_path / ".profcallbacks-staging").exists()
     [directory] = capture_dirs(tmp_path)
     return enabled, directory

@@ -63,7 +63,8 @@ class TraceExporter:
         ...     _ = torch.ones(2) * 2
         >>> info = CaptureInfo("step000000-manual", "manual", 0, (), False, os.getpid(), 0,
         ...                    RankInfo())
-        >>> _ = exporter.submit(stopped, info); exporter.close()
+        >>> raw, size = exporter.save(stopped, info)  # kineto's save, on this thread
+        >>> exporter.queue(raw, size, info); exporter.close()  # the rest in the helper
         >>> [path.name for path in exporter.exported]
         ['step000000-manual']
     """
@@ -130,15 +131,6 @@ class TraceExporter:
             if raw is not None:
                 remove_raw(raw)
             return None
-
-    def submit(self, profiler: Any, info: CaptureInfo) -> int | None:
-        """Save ``profiler``'s raw trace here and queue it for the helper; returns at once,
-        with the raw trace's size in bytes (``None``: it could not be saved)."""
-        saved = self.save(profiler, info)
-        if saved is None:
-            return None
-        self.queue(*saved, info)
-        return saved[1]
 
     def queue(self, raw: Path, size: int, info: CaptureInfo) -> None:
         """Hand the saved raw trace ``raw`` (and the pieces ``info`` names) to the helper."""

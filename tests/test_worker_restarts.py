@@ -185,3 +185,26 @@ def test_lightning_counts_its_epochs_passes_for_the_stall_advice(tmp_path):
     assert stall.details["loader"]["passes"] == 4, stall.message
     assert any(a.startswith("set persistent_workers=True: the workers were started again for "
                             "each of the 4 passes") for a in stall.details["advice"]), stall.message
+
+
+@pytest.mark.parametrize("in_blocks", [False, True], ids=["step-by-step", "blocks"])
+def test_later_workers_first_batches_are_start_up_time_not_stall_time(in_blocks):
+    """Six passes of 5 steps of 10 ms, 2 workers started for each: a pass's first batch waits
+    0.3 s, its second 0.1 s (the second worker, started later on a busy machine). Both are the
+    start-up's: start-up notes, and no stall, also at the run's end (counted, the second
+    batches would be 74% of every block of 4 steps)."""
+    detector = StallDetector(StallConfig(max_isolated_reports=100))
+    detector.set_loader(describe_loader(DataLoader(range(8), num_workers=2)))
+    found = []
+    for first in range(0, 30, 5):
+        times = [0.31, 0.11] + [0.01] * 3
+        waits = [0.3, 0.1] + [0.001] * 3
+        if in_blocks:
+            found += detector.observe_block(first, times, waits, False, True)
+        else:
+            found += [f for k in range(5) for f in detector.observe(
+                StepRecord(first + k, times[k], waits[k], after_pause=k == 0))]
+    detector.close(failed=False)
+    found += detector.take_findings()
+    assert [(f.step, f.details.get("pattern")) for f in found] == [(s, "startup")
+                                                               for s in range(0, 30, 5)]

@@ -101,10 +101,11 @@ class StallDetector(Participant):
             return ()
         if record.after_pause:
             return self._startup_wait(record)
+        if record.step < self._startup_until:  # a later worker's first batch: its start-up's
+            return ()
         wait_s, time_s = record.data_wait_s, record.step_time_s
         found: list[Finding] = []
-        if (wait_s >= self._isolated_limit_s and self._episode is None
-                and record.step >= self._startup_until):
+        if wait_s >= self._isolated_limit_s and self._episode is None:
             found += self._isolated(record, "isolated", self._reference_s)
         self._step_times.append(time_s)
         self._waits.append(wait_s)
@@ -127,6 +128,7 @@ class StallDetector(Participant):
         if after_pause:
             found += self._startup_wait(StepRecord(first, times[0], waits[0], False, True))
             i = 1
+        i = max(i, min(n, self._startup_until - first))  # later workers' first batches
         quiet = True  # try whole blocks at once until a block needs looking at
         while i < n:  # segments that end where one of our blocks closes, or at the end
             if quiet and self._block_steps == 0 and self._episode is None:
@@ -141,7 +143,7 @@ class StallDetector(Participant):
             if self._episode is None and max(seg_waits) >= self._isolated_limit_s:
                 limit = self._isolated_limit_s
                 for k in range(i, j):
-                    if waits[k] >= limit and first + k >= self._startup_until:
+                    if waits[k] >= limit:
                         found += self._isolated(StepRecord(first + k, times[k], waits[k]),
                                                 "isolated", self._reference_s)
             seg_times = times[i:j]
@@ -311,7 +313,7 @@ class StallDetector(Participant):
         if self._reference_s is not None:
             floor = max(floor, self.config.isolated_factor * self._reference_s)
         restarted, self._restarted = self._restarted, False
-        # each worker's first batch waits for its start-up: not isolated waits of their own
+        # each worker's first batch waits for its start-up: neither isolated waits nor stall time
         self._startup_until = record.step + max(1, int(self.loader.get("num_workers") or 0))
         if record.data_wait_s < floor or record.data_wait_s <= 0:
             return []

@@ -4,8 +4,9 @@ The controller asks :meth:`CaptureBudget.before_window` when a window is about t
 earlier capture to predict from, the window's first recorded step is saved on its own as soon as
 it ends and measured (:meth:`CaptureBudget.first_step_saved`): the rest of the window is then
 trimmed to fit. That step stays the first of the capture when the options it was recorded with
-fit; when they must be trimmed, it is dropped and the window records its steps again, one step
-later, with the trimmed options. Each capture's raw size (known as soon as kineto saved it) and,
+fit; when they must be trimmed, it is dropped and the rest of the window records with the
+trimmed options (a window of one step records it again, one step later). The joined trace is
+the helper's work (``pieces.stitch``). Each capture's raw size (known as soon as kineto saved it) and,
 once published, its size on disk feed the prediction of the next one (``trimming.CaptureSizer``).
 
 Measuring the first step costs no more than recording it in the window's own profiler: kineto's

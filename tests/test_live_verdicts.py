@@ -188,7 +188,9 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
     [diagnosis] = [f for f in prof.findings if f.kind == SLOWDOWN_DIAGNOSIS]
     growth = diagnosis.details["growth"]
     assert growth["pattern"] == "uniform", (growth, diagnosis.details["changes"])
-    assert growth["factor"] > 2.0
+    # five processes on one core, yet each op only 1.7-3.3x slower in 16 runs (the scheduler
+    # favours the woken trainer): clearly slowed, not the 5x a fair share would give
+    assert growth["factor"] > 1.4
     assert "the whole step slowed uniformly" in diagnosis.message
     assert "not your code" in diagnosis.message
 

@@ -60,7 +60,8 @@ def watch(logdir: Path, options: WatchOptions, *, stream: TextIO | None = None) 
     out = stream if stream is not None else sys.stdout
     tty = out.isatty()
     console = Console(file=out, force_terminal=tty or None, width=None if tty else PLAIN_WIDTH,
-                      no_color=not tty, highlight=False, soft_wrap=not tty)
+                      no_color=not tty, highlight=False, soft_wrap=not tty,
+                      markup=False)  # nothing read from the log directory is ever markup
     state = LogdirState(logdir, report=options.report)
     state.poll()
     frame = lambda: render(state, max_rank_rows=options.max_rank_rows,  # noqa: E731

@@ -15,6 +15,7 @@ from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
 from profcallbacks.findings import CAPTURE_VERDICT, SYNC_AUDIT
 from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
+from profcallbacks.watch.rows import finding_row, steps_row
 from profcallbacks.watch.tail import JsonlTail
 from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
 
@@ -39,17 +40,12 @@ class RankView:
     compile_s: float = 0.0  # torch.compile's compile time in the rows read so far
 
     def add(self, row: dict[str, Any]) -> None:
-        median = row.get("step_time_ms_median")
-        if not isinstance(median, (int, float)):
-            return
+        """Adds a row checked by ``rows.steps_row`` (finite numbers, whole step counts)."""
         self.last = row
-        self.memory.update({k: float(v) for k, v in row.items()
-                            if k.endswith("_mb") and isinstance(v, (int, float))})
-        self.steps += int(row.get("steps", 0) or 0)
-        compile_ms = row.get("compile_ms")
-        if isinstance(compile_ms, (int, float)) and compile_ms > 0:
-            self.compile_s += float(compile_ms) / 1e3
-        self.medians_ms.append(float(median))
+        self.memory.update({k: v for k, v in row.items() if k.endswith("_mb")})
+        self.steps += row["steps"]
+        self.compile_s += row.get("compile_ms", 0.0) / 1e3
+        self.medians_ms.append(row["step_time_ms_median"])
         if len(self.medians_ms) > SPARK_POINTS:  # halve the resolution, keep the whole run
             pairs = zip(self.medians_ms[0::2], self.medians_ms[1::2], strict=False)
             self.medians_ms = [(a + b) / 2 for a, b in pairs]
@@ -149,7 +145,11 @@ class LogdirState:
                     self.ranks.pop(rank, None)
                 else:  # the file is read again from its start: forget what it gave before
                     self._drop_findings(rank)
-            for row in batch.rows:
+            for raw in batch.rows:
+                row = steps_row(raw) if what == "steps" else finding_row(raw)
+                if row is None:  # wrong types, numbers out of range: skipped and counted
+                    self.bad_lines += 1
+                    continue
                 changed = True
                 if what == "steps":
                     self.ranks.setdefault(rank, RankView(rank)).add(row)

@@ -11,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from profcallbacks.core.timing import median
+from profcallbacks.report.safe import visible
+from profcallbacks.watch.rows import MAX_NAME, finite, text
 from profcallbacks.watch.state import LogdirState, RankView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -44,13 +46,18 @@ def sparkline(values: list[float], width: int = 30) -> str:
 def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8,
            max_captures: int = 8, now: float | None = None) -> RenderableType:
     """One frame: header, per-rank table, captures (newest first), findings (latest step
-    first)."""
+    first).
+
+    Every string read from the log directory goes to rich as ``Text`` (never parsed as markup),
+    made visible first: a finding cannot style, link or rewrite the terminal.
+    """
+    logdir = visible(str(state.logdir))
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if not state.exists:
-        return Text(f"profcallbacks watch {state.logdir}  {stamp}\n"
-                    f"waiting for {state.logdir} to appear (Ctrl-C to stop)")
+        return Text(f"profcallbacks watch {logdir}  {stamp}\n"
+                    f"waiting for {logdir} to appear (Ctrl-C to stop)")
     last = max((r.last_step for r in state.ranks.values()), default=-1)
-    header = Text(f"profcallbacks watch {state.logdir}  {stamp}  ", style="bold")
+    header = Text(f"profcallbacks watch {logdir}  {stamp}  ", style="bold")
     header.append(f"ranks {len(state.ranks)}  step {last if last >= 0 else '-'}  "
                   f"captures {len(state.captures)}  findings {state.findings_total}", style="")
     compile_s = sum(r.compile_s for r in state.ranks.values())
@@ -62,9 +69,9 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
         header.append("  (exporting a capture)", style="magenta")
     parts: list[RenderableType] = [header]
     if state.note:
-        parts.append(Text(state.note, style="yellow"))
+        parts.append(Text(visible(state.note), style="yellow"))
     if state.checks:  # which checks ran and when (the first rank's word for all)
-        parts.append(Text(f"checks: {state.checks[min(state.checks)]}", style="dim"))
+        parts.append(Text(f"checks: {state.checks[min(state.checks)]}", style="dim"))  # checked row
     parts.append(_ranks_table(state, max_rank_rows))
     parts.append(_captures_table(state, max_captures))
     parts.append(_findings_table(state, max_findings))
@@ -107,8 +114,8 @@ def _rank_row(view: RankView, memory: bool) -> list[RenderableType]:
                                    _ms(row.get("step_time_ms")), _ms(row.get("step_time_ms_max")),
                                    sparkline(view.medians_ms), share_text, ratio_text]
     if memory:
-        cells.append(" ".join(f"{_MEMORY_LABELS.get(k, k.removesuffix('_mb'))} {v:,.0f}"
-                              for k, v in view.memory_mb.items()))
+        cells.append(Text(" ".join(f"{_MEMORY_LABELS.get(k, k.removesuffix('_mb'))} {v:,.0f}"
+                                   for k, v in view.memory_mb.items())))
     return cells
 
 
@@ -136,9 +143,9 @@ def _captures_table(state: LogdirState, limit: int) -> RenderableType:
         table.add_column(name)
     newest = sorted(state.captures.values(), key=lambda c: (c.first_step, c.name), reverse=True)
     for c in newest[:limit]:
-        table.add_row(c.name, c.trigger + (" (partial)" if c.partial else ""), str(c.first_step),
-                      str(c.files), _verdict(c.verdict) if c.verdict else "-",
-                      _diagnoses(c.verdict) if c.verdict else "-")
+        table.add_row(Text(visible(c.name)), Text(visible(c.trigger) + (" (partial)" if c.partial else "")),
+                      str(c.first_step), str(c.files), Text(_verdict(c.verdict) if c.verdict else "-"),
+                      Text(_diagnoses(c.verdict) if c.verdict else "-"))
     if len(newest) > limit:
         table.caption = f"{len(newest) - limit} older not shown"
     return table
@@ -176,7 +183,7 @@ def _findings_table(state: LogdirState, limit: int) -> RenderableType:
         table.add_row(str(f.get("step", "-")), str(f.get("rank", "-")),
                       Text(severity, style=SEVERITY_STYLE.get(severity, "")),
                       Text(str(f.get("kind", "?")), style=SEVERITY_STYLE.get(severity, "")),
-                      message if len(message) <= 160 else message[:157] + "...")
+                      Text(message if len(message) <= 160 else message[:157] + "..."))
     return table
 
 
@@ -185,14 +192,15 @@ def _diagnoses(verdict: dict[str, Any], limit: int = 3) -> str:
     rows = verdict.get("diagnoses")
     if not isinstance(rows, list):
         return "-"
-    out = [f"{d.get('kind')} ({d['gain_ms']:.1f} ms)" if isinstance(d.get("gain_ms"), (int, float))
-           else str(d.get("kind")) for d in rows[:limit] if isinstance(d, dict)]
+    out = [text(d.get("kind"), MAX_NAME) + (f" ({gain:.1f} ms)" if (gain := finite(d.get("gain_ms")))
+                                             is not None else "")
+           for d in rows[:limit] if isinstance(d, dict)]
     return ", ".join(out) or "-"
 
 
 def _verdict(verdict: dict[str, Any]) -> str:
-    share = verdict.get("share")
-    return str(verdict.get("kind")) + (f" ({share:.0%})" if isinstance(share, (int, float)) else "")
+    share = finite(verdict.get("share"))
+    return text(verdict.get("kind"), MAX_NAME) + (f" ({share:.0%})" if share is not None else "")
 
 
 def _num(value: Any) -> float:

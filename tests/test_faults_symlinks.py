@@ -98,6 +98,28 @@ def test_symlinked_steps_and_findings_files_are_not_appended_to(tmp_path, victim
     assert "a link (not followed)" in caplog.text
 
 
+@pytest.mark.parametrize("which", ["steps", "findings"])
+def test_hard_linked_steps_and_findings_files_are_not_appended_to(tmp_path, victim, caplog, which):
+    """A hard link is the victim's own file under another name: owner and kind check out, only
+    its link count gives it away."""
+    logdir = tmp_path / "run"
+    (logdir / "profcallbacks").mkdir(parents=True)
+    target = victim / "model.pt"
+    before = target.read_bytes()
+    path = (steps_file if which == "steps" else findings_file)(logdir, 0)
+    os.link(target, path)
+
+    def emit(p):
+        p.session.emit(_finding())
+
+    with caplog.at_level(logging.WARNING):
+        prof = _train(logdir, steps=30, after_enter=emit, log_every_n_steps=5)
+    assert prof.session.findings  # training and findings went on
+    assert target.read_bytes() == before
+    assert os.stat(path).st_nlink == 2  # left as it was
+    assert "2 hard links" in caplog.text
+
+
 def test_another_users_steps_file_is_not_appended_to(tmp_path, caplog):
     if os.geteuid() != 0:
         pytest.skip("giving a file to another user needs root (CI runs as root)")

@@ -7,7 +7,8 @@ the log directory:
 
 - :func:`create_exclusive` / :func:`write_new`: a new file (``O_CREAT|O_EXCL|O_NOFOLLOW``), with
   the user's umask.
-- :func:`open_append`: an existing file only when it is a regular file owned by this user.
+- :func:`open_append`: an existing file only when it is a regular file owned by this user with no
+  other name (one hard link: a second name may lie outside the log directory).
 - :func:`make_private_dir`: a directory of an unpredictable name (``mkdtemp``, mode 0700) for
   files written by path by code we do not control (kineto's trace save).
 - :func:`ensure_dir`, :func:`open_dir`: a real directory, never a link to one; ``dir_fd``-relative
@@ -128,7 +129,10 @@ def open_append(path: PathArg, *, dir_fd: int | None = None) -> int:
             raise UnsafeEntryError(path, (_refusal(st, "file") if st else None)
                                    or "not a regular file") from None
         raise
-    reason = _refusal(os.fstat(fd), "file")
+    st = os.fstat(fd)
+    reason = _refusal(st, "file") or (f"a file with {st.st_nlink} hard links (another name of a file "
+                                      "that may lie outside the log directory)"
+                                      if st.st_nlink != 1 else None)
     if reason is not None:
         os.close(fd)
         raise UnsafeEntryError(path, reason)

@@ -1,9 +1,11 @@
-"""The ``profcallbacks`` command line: ``report LOGDIR``, ``compare RUN_A RUN_B`` and ``watch LOGDIR``.
+"""The ``profcallbacks`` command line: ``report LOGDIR``, ``compare RUN_A RUN_B``, ``watch LOGDIR`` and
+``open LOGDIR|TRACE``.
 
 Exit status: 0 when something was read (files that could not be read are named on stderr), 1 when
 nothing in the log directory could be read, 2 for a path that does not exist or holds no run.
 ``compare`` with a gate (``--fail-if-slower``, ``--fail-on-new-findings``): 0 passed, 1 regression,
-2 refused (a run too short to compare, or missing). ``watch``: 0 after Ctrl-C.
+2 refused (a run too short to compare, or missing). ``watch``: 0 after Ctrl-C. ``open``: 0 once the
+trace was fetched (or Ctrl-C), 2 when there is nothing to open or the port is taken.
 """
 
 from __future__ import annotations
@@ -65,7 +67,35 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--report", type=Path, metavar="FILE",
                        help="take verdicts from this report JSON (profcallbacks report --format json "
                             "-o FILE), re-read when it changes")
+    view = sub.add_parser("open", help="open a capture in the Perfetto UI (served once from 127.0.0.1)",
+                          description="Serves one trace once from 127.0.0.1 to the Perfetto UI "
+                          "(https://ui.perfetto.dev, which needs the internet) and opens it in the "
+                          "browser: by default the latest capture, merged when it has several ranks. "
+                          "Offline, `profcallbacks report --format html` is the viewer.")
+    view.add_argument("path", type=Path, metavar="LOGDIR|TRACE")
+    view.add_argument("--capture", metavar="NAME", help="capture directory (default: the latest)")
+    which = view.add_mutually_exclusive_group()
+    which.add_argument("--rank", type=int, metavar="N", help="open this rank's trace")
+    which.add_argument("--merged", action="store_true", help="open the merged trace of all ranks")
+    view.add_argument("--port", type=int, default=9001, help="loopback port to serve from (default 9001)")
+    view.add_argument("--no-browser", action="store_true", help="print the URL without opening a browser")
     return parser
+
+
+def _open(args: argparse.Namespace) -> int:
+    from profcallbacks.report.safe import visible
+    from profcallbacks.viewer import ChoiceError, ServeError, choose_trace, serve_once
+
+    if not 0 <= args.port < 65536:
+        print(f"profcallbacks: --port must be 0-65535 (0: any free port), got {args.port}",
+              file=sys.stderr)
+        return 2
+    try:
+        trace = choose_trace(args.path, capture=args.capture, rank=args.rank, merged=args.merged)
+        return serve_once(trace, port=args.port, browser=not args.no_browser, out=sys.stdout)
+    except (ChoiceError, ServeError) as exc:
+        print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
+        return 2
 
 
 def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
@@ -217,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-steps must be at least 1, got {args.min_steps}")
     if getattr(args, "fail_if_slower", None) is not None and not args.fail_if_slower >= 0:
         parser.error(f"--fail-if-slower must be a percentage of at least 0, got {args.fail_if_slower}")
-    commands = {"report": _report, "compare": _compare, "watch": _watch}
+    commands = {"report": _report, "compare": _compare, "watch": _watch, "open": _open}
     try:
         return commands[args.command](args)
     except KeyboardInterrupt:

@@ -64,7 +64,7 @@ LAYERS = [
     ("findings",),  # finding kinds and where findings go
     ("detect", "capture"),  # the detectors; the capture windows and the trace export
     ("report",),  # the trace and log-directory reader (the straggler rule is detect's)
-    ("watch",),  # the live terminal view over the report's readers
+    ("watch", "viewer"),  # the live terminal view; a capture served to the Perfetto UI
     ("run",),  # the orchestrator: the session drives the captures, detectors and sinks
     ("integrations",),  # tracker backends: W&B, MLflow, Lightning loggers, HF report_to
     ("loop", "lightning_fetch", "testing"),  # the plain-loop front end; test doubles

@@ -58,6 +58,7 @@ def test_once_prints_one_frame_of_a_real_run(stalled_run: Path, capsys: pytest.C
     assert "ranks 1  step 59  captures 2" in out
     assert "step000041-schedule" in out
     assert "dataloader_stall" in out and "warning" in out
+    assert "run ended" in out  # closed: its run marker is gone
     assert "\x1b[" not in out  # not a terminal: plain text, no escape codes
 
 
@@ -237,6 +238,7 @@ def test_watch_in_tmux_while_a_job_trains(tmp_path: Path) -> None:
         assert "dataloader_stall" in pane and "warning" in pane, pane
         assert "step000041-schedule" in pane and "step000081-schedule" in pane, pane
         assert _last_step(pane) >= 79, pane  # the rank row: summaries of steps 0-79 at least
+        assert "run ended" not in pane, pane  # its run marker is there while it trains
         subprocess.run(["tmux", "-L", socket, "resize-window", "-t", "watch", "-x", "110", "-y", "45"],
                        check=True)
         time.sleep(2.0)

@@ -14,7 +14,14 @@ from typing import Any
 from profcallbacks.core.safefs import read_regular
 from profcallbacks.core.timing import median
 from profcallbacks.findings import CAPTURE_VERDICT, SYNC_AUDIT
-from profcallbacks.layout import META_DIR, STAGING_DIR, TRACE_FILE, parse_capture_dir, parse_rank_file
+from profcallbacks.layout import (
+    META_DIR,
+    STAGING_DIR,
+    TRACE_FILE,
+    parse_capture_dir,
+    parse_rank_file,
+    run_lock_file,
+)
 from profcallbacks.watch.rows import finding_row, steps_row
 from profcallbacks.watch.tail import JsonlTail
 from profcallbacks.watch.verdicts import finding_verdict, report_verdicts
@@ -119,6 +126,20 @@ class LogdirState:
     @property
     def exists(self) -> bool:
         return self.logdir.is_dir()
+
+    @property
+    def ended(self) -> bool:
+        """The run wrote steps or findings and its run marker is gone: it has closed (or was
+        killed after its last write; a rank's marker is removed at close)."""
+        if not (self.ranks or self.findings_total):
+            return False
+        try:
+            os.lstat(run_lock_file(self.logdir))
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return False
 
     def poll(self) -> bool:
         """Reads what changed; ``True`` when anything new was found."""

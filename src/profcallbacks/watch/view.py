@@ -67,6 +67,8 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
         header.append(f"  verdict {_verdict(state.run_verdict)}", style="bold magenta")
     if state.exporting:
         header.append("  (exporting a capture)", style="magenta")
+    elif state.ended:
+        header.append("  run ended", style="bold green")
     parts: list[RenderableType] = [header]
     if state.note:
         parts.append(Text(visible(state.note), style="yellow"))

@@ -25,11 +25,15 @@ def _steps(prof, n=5):
         prof.step()
 
 
-def test_a_line_break_in_the_logdir_still_gets_its_captures(tmp_path):
-    logdir = tmp_path / "run\nwith a line break"
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_a_line_break_in_the_logdir_still_gets_its_captures(tmp_path, monkeypatch, relative):
+    logdir = tmp_path / "runs" / "a\nb"
+    if relative:  # the link kineto saves through lies elsewhere: it must not point back relatively
+        monkeypatch.chdir(tmp_path)
+        logdir = logdir.relative_to(tmp_path)
     with _profiler(logdir) as prof:
         _steps(prof)
-    assert captured_steps(logdir) == {"step000001-schedule": [1, 2]}
+    assert captured_steps(tmp_path / "runs" / "a\nb") == {"step000001-schedule": [1, 2]}
 
 
 def test_a_logdir_too_long_for_its_files_is_refused_at_start(tmp_path):

@@ -201,13 +201,14 @@ class TraceExporter:
 def _kineto_path(raw: Path) -> Iterator[str]:
     """A path kineto can save ``raw`` to: kineto drops line breaks from the path it renames its
     temporary file to, so a log directory named with one is reached through a link of our own,
-    in a private temporary directory (mode 0700: nobody else can swap it)."""
+    in a private temporary directory (mode 0700: nobody else can swap it), to the absolute path
+    (a relative one would be read from the temporary directory)."""
     if not any(c in str(raw) for c in "\r\n"):
         yield str(raw)
         return
     alias = Path(tempfile.mkdtemp(prefix="profcallbacks-"))
     try:
-        (alias / "d").symlink_to(raw.parent, target_is_directory=True)
+        (alias / "d").symlink_to(raw.parent.absolute(), target_is_directory=True)
         yield str(alias / "d" / raw.name)
     finally:
         with contextlib.suppress(OSError):

@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 
 from front_ends import OPTIONS, SleepyDataset, hf_trainer, lightning_trainer, plain_loop
-from profcallbacks import StepProfiler
+from profcallbacks import Schedule, StepProfiler
 from profcallbacks.findings import SYNC_POINT
 from tracker_files import (
     csv_rows,
     mlflow_findings,
     mlflow_metric,
     series,
+    wandb_artifacts,
     wandb_history,
     wandb_run_dir,
+    wandb_summary,
     wandb_table,
 )
 
@@ -104,6 +106,54 @@ def test_plain_loop_into_an_mlflow_run(tmp_path, mlflow_local):
     assert sync_rows(findings) and written == [f.to_dict() for f in findings]
 
 
+CAPTURING = {**RUN_OPTIONS, "schedule": Schedule(skip_first=2, warmup=0, active=2, repeat=1)}
+
+
+def _verdict(findings):
+    verdicts = [f for f in findings if f.kind == "capture_verdict"]
+    assert len(verdicts) == 1, [(f.kind, f.step, f.details.get("capture")) for f in findings]
+    return verdicts[0].details
+
+
+@pytest.mark.parametrize("log_captures", [True, False])
+def test_wandb_gets_each_capture_as_a_profile_artifact_and_its_verdict(tmp_path, wandb_offline,
+                                                                      log_captures):
+    from profcallbacks.integrations.wandb_run import WandbSink
+
+    run = wandb_offline.init(dir=str(tmp_path))
+    findings = plain_loop(tmp_path / "log", SleepyDataset(0.0), STEPS,
+                          {**CAPTURING, "metrics_sink": WandbSink(run, log_captures=log_captures)})
+    run.finish()
+    wandb_offline.teardown()
+    run_dir = wandb_run_dir(tmp_path)
+    verdict = _verdict(findings)
+    capture = tmp_path / "log" / verdict["capture"]
+    assert wandb_summary(run_dir)["profcallbacks/verdict"].startswith(f"{verdict['capture']}: "
+                                                                      f"{verdict['kind']} (")
+    artifacts = [a for a in wandb_artifacts(run_dir) if a["type"] == "profile"]
+    if not log_captures:
+        assert artifacts == []
+        return
+    (artifact,) = artifacts
+    assert artifact["name"] == f"profcallbacks-{verdict['capture']}" and artifact["type"] == "profile"
+    assert artifact["files"] == sorted(p.name for p in capture.iterdir()) != []
+
+
+def test_mlflow_gets_each_capture_as_artifacts_and_its_verdict_as_a_tag(tmp_path, mlflow_local):
+    from profcallbacks.integrations.mlflow_run import MlflowSink
+
+    with mlflow_local.start_run() as run:
+        findings = plain_loop(tmp_path / "log", SleepyDataset(0.0), STEPS,
+                              {**CAPTURING, "metrics_sink": MlflowSink()})
+    client = mlflow_local.MlflowClient()
+    verdict = _verdict(findings)
+    tags = client.get_run(run.info.run_id).data.tags
+    assert tags["profcallbacks/verdict"].startswith(f"{verdict['capture']}: {verdict['kind']} (")
+    logged = client.list_artifacts(run.info.run_id, f"profcallbacks/captures/{verdict['capture']}")
+    capture = tmp_path / "log" / verdict["capture"]
+    assert sorted(Path(a.path).name for a in logged) == sorted(p.name for p in capture.iterdir()) != []
+
+
 def test_lightning_csv_logger_gets_scalars_and_finding_counts(tmp_path):
     pytest.importorskip("lightning")
     from lightning.pytorch.loggers import CSVLogger
@@ -126,7 +176,7 @@ def test_lightning_wandb_and_mlflow_loggers_get_findings_as_table_and_artifact(
     wandb_logger = WandbLogger(save_dir=str(tmp_path), offline=True)
     mlflow_logger = MLFlowLogger(experiment_name="pc", tracking_uri=mlflow_local.get_tracking_uri(),
                                  artifact_location=str(tmp_path / "artifacts"))
-    findings = lightning_trainer(tmp_path / "log", SleepyDataset(0.0), STEPS, RUN_OPTIONS,
+    findings = lightning_trainer(tmp_path / "log", SleepyDataset(0.0), STEPS, CAPTURING,
                                  logger=[wandb_logger, mlflow_logger])
     wandb_offline.finish()
     wandb_offline.teardown()
@@ -141,6 +191,15 @@ def test_lightning_wandb_and_mlflow_loggers_get_findings_as_table_and_artifact(
     assert steps_of(mlflow_metric(client, run_id, STEP_TIME)) == [1, 3, 5, 7]
     assert mlflow_metric(client, run_id, SYNC_COUNT) == expected_counts(findings)
     assert mlflow_findings(client, run_id, tmp_path / "dl") == [f.to_dict() for f in findings]
+    verdict = _verdict(findings)  # the capture: its verdict and its files in both trackers
+    files = sorted(p.name for p in (tmp_path / "log" / verdict["capture"]).iterdir())
+    label = f"{verdict['capture']}: {verdict['kind']} ("
+    assert client.get_run(run_id).data.tags["profcallbacks/verdict"].startswith(label)
+    logged = client.list_artifacts(run_id, f"profcallbacks/captures/{verdict['capture']}")
+    assert sorted(Path(a.path).name for a in logged) == files != []
+    assert wandb_summary(run_dir)["profcallbacks/verdict"].startswith(label)
+    (artifact,) = [a for a in wandb_artifacts(run_dir) if a["type"] == "profile"]
+    assert artifact["files"] == files
 
 
 def test_hf_report_to_wandb_and_mlflow_get_scalars_and_findings(tmp_path, wandb_offline,

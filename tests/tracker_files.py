@@ -13,6 +13,29 @@ BLOCK = 32768  # the .wandb file is a LevelDB-style log: 32 KiB blocks of framed
 
 def wandb_history(run_dir: Path) -> list[dict[str, Any]]:
     """Every ``run.log`` row of the offline run in ``run_dir``, from its ``run-*.wandb`` file."""
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json)
+             for item in record.history.item} for record in wandb_records(run_dir, "history")]
+
+
+def wandb_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's summary as its last summary records left it."""
+    out: dict[str, Any] = {}
+    for record in wandb_records(run_dir, "summary"):
+        for item in record.summary.update:
+            out[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return out
+
+
+def wandb_artifacts(run_dir: Path) -> list[dict[str, Any]]:
+    """The artifacts the run logged: name, type, metadata and the names of their files."""
+    return [{"name": r.artifact.name, "type": r.artifact.type,
+             "metadata": json.loads(r.artifact.metadata or "{}"),
+             "files": sorted(entry.path for entry in r.artifact.manifest.contents)}
+            for r in wandb_records(run_dir, "artifact")]
+
+
+def wandb_records(run_dir: Path, record_type: str) -> list[Any]:
+    """The records of one kind (``history``, ``summary``, ``artifact`` ...) of the offline run."""
     from wandb.proto import wandb_internal_pb2
 
     (path,) = run_dir.glob("run-*.wandb")
@@ -35,14 +58,13 @@ def wandb_history(run_dir: Path) -> list[dict[str, Any]]:
             partial += chunk
             if kind == 4:
                 records.append(partial)
-    rows = []
+    out = []
     for payload in records:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
-    return rows
+        if record.WhichOneof("record_type") == record_type:
+            out.append(record)
+    return out
 
 
 def wandb_run_dir(root: Path) -> Path:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import stat
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from profcallbacks.findings import Finding
+from profcallbacks.findings import CAPTURE_VERDICT, Finding
+from profcallbacks.layout import MERGED_FILE, TRACE_FILE
 
 FINDINGS_KEY = "profcallbacks/findings"
 """Name of the findings table (W&B) or artifact stem (MLflow), and prefix of the count scalars."""
@@ -74,6 +79,62 @@ def finding_markdown(finding: Finding) -> str:
     """One finding as a line of Markdown (TensorBoard text, W&B and MLflow notes)."""
     return (f"**{finding.severity}** step {finding.step} rank {finding.rank} "
             f"`{finding.kind}`: {finding.message}")
+
+
+VERDICT_KEY = "profcallbacks/verdict"
+"""The run summary key (W&B) / tag (MLflow) holding the latest capture's verdict."""
+
+
+@dataclass(frozen=True)
+class CaptureVerdict:
+    """What a tracker records of one exported capture: its verdict and its trace files.
+
+    Attributes:
+        name: The capture directory's name (``step000120-schedule``).
+        verdict: The verdict as shown, ``input_bound (80%)``.
+        files: The capture's published trace files (per rank, and the merged one), regular files
+            only; empty when the directory is unknown or gone.
+    """
+
+    name: str
+    verdict: str
+    files: tuple[Path, ...]
+
+
+def capture_verdict(finding: Finding) -> CaptureVerdict | None:
+    """The capture a ``capture_verdict`` finding is about, else ``None``.
+
+    Example:
+        >>> f = Finding("capture_verdict", step=9, rank=0, severity="info", message="m",
+        ...             details={"capture": "step000005-schedule", "kind": "input_bound", "share": 0.8})
+        >>> capture_verdict(f)
+        CaptureVerdict(name='step000005-schedule', verdict='input_bound (80%)', files=())
+    """
+    details = finding.details
+    if finding.kind != CAPTURE_VERDICT or not details.get("kind"):
+        return None
+    share = details.get("share")
+    verdict = str(details["kind"]) + (f" ({share:.0%})" if isinstance(share, (int, float)) else "")
+    directory = details.get("directory")
+    files = _trace_files(Path(directory)) if isinstance(directory, str) else ()
+    return CaptureVerdict(str(details.get("capture", "")), verdict, files)
+
+
+def _trace_files(directory: Path) -> tuple[Path, ...]:
+    """The trace files of a published capture directory (no links, nothing but regular files)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        if TRACE_FILE.match(name) or MERGED_FILE.match(name):
+            try:
+                if stat.S_ISREG(os.lstat(directory / name).st_mode):
+                    out.append(directory / name)
+            except OSError:
+                continue
+    return tuple(out)
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:

@@ -7,10 +7,12 @@ from typing import Any
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from profcallbacks.findings import Finding
+from profcallbacks.integrations import mlflow_run, wandb_run
 from profcallbacks.integrations.base import (
     FINDING_COLUMNS,
     FINDINGS_KEY,
     FindingCounts,
+    capture_verdict,
     finding_markdown,
     finding_row,
     findings_jsonl,
@@ -25,7 +27,10 @@ class LoggerFindings:
     the finding's step: a ``CSVLogger`` writes it as a column of ``metrics.csv``. On top:
     ``TensorBoardLogger`` gets the message as text (``profcallbacks/findings/<kind>``),
     ``MLFlowLogger`` the artifact ``profcallbacks/findings.jsonl``, ``WandbLogger`` the table
-    ``profcallbacks/findings`` at the end of the fit. Loggers log on global rank zero only.
+    ``profcallbacks/findings`` at the end of the fit. ``WandbLogger`` and ``MLFlowLogger`` also
+    get each capture's verdict (summary / tag ``profcallbacks/verdict``) and, with
+    ``log_captures``, its trace files (as ``WandbSink`` and ``MlflowSink`` log them). Loggers log
+    on global rank zero only.
 
     Example:
         >>> from lightning.pytorch.loggers import CSVLogger
@@ -33,8 +38,9 @@ class LoggerFindings:
         >>> sink(Finding("sync_point", step=4, rank=0, severity="warning", message="item()"))
     """
 
-    def __init__(self, logger: Logger) -> None:
+    def __init__(self, logger: Logger, *, log_captures: bool = True) -> None:
         self.logger = logger
+        self.log_captures = log_captures
         self._counts = FindingCounts()
         self._findings: list[Finding] = []
 
@@ -51,6 +57,15 @@ class LoggerFindings:
         elif isinstance(logger, MLFlowLogger) and logger.run_id is not None:
             logger.experiment.log_text(logger.run_id, findings_jsonl(self._findings),
                                        FINDINGS_ARTIFACT)
+        capture = capture_verdict(finding)
+        if capture is None:
+            return
+        if isinstance(logger, MLFlowLogger) and logger.run_id is not None:
+            mlflow_run.log_capture(logger.experiment, logger.run_id, capture, files=self.log_captures)
+        elif isinstance(logger, WandbLogger):
+            import wandb
+
+            wandb_run.log_capture(wandb, logger.experiment, capture, files=self.log_captures)
 
     def close(self) -> None:
         """Write the W&B table and flush the logger (a ``CSVLogger`` writes its file then)."""

@@ -91,7 +91,9 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
             f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
             f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
             {"capture": info.name, **verdict, "diagnoses": leading,
-             "throughput": profile["throughput"]}))
+             "throughput": profile["throughput"],
+             **({"directory": str(trace_file.parent.absolute())}
+                if isinstance(trace_file, Path) else {})}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
     if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
         before = healthy[-1]

@@ -11,7 +11,7 @@ import pytest
 
 from front_ends import OPTIONS, SleepyDataset, hf_trainer, lightning_trainer, plain_loop
 from profcallbacks import Schedule, StepProfiler
-from profcallbacks.findings import SYNC_POINT
+from profcallbacks.findings import SYNC_POINT, markdown_text
 from tracker_files import (
     csv_rows,
     mlflow_findings,
@@ -286,8 +286,30 @@ def test_lightning_tensorboard_logger_gets_finding_texts(tmp_path):
     tag = f"profcallbacks/findings/{SYNC_POINT}/text_summary"
     texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors(tag)]
     assert sync_rows(findings) and [step for step, _ in texts] == [f.step for f in sync_rows(findings)]
-    assert all(f.message in text for f, (_, text) in zip(sync_rows(findings), texts, strict=True))
+    assert all(markdown_text(f.message) in text
+               for f, (_, text) in zip(sync_rows(findings), texts, strict=True))
     assert [s.step for s in events.Scalars(STEP_TIME)] == [1, 3, 5, 7]  # through the logger, once
+
+
+def test_finding_text_in_tensorboard_is_escaped_markdown(tmp_path):
+    """TensorBoard renders text as Markdown: ``__getitem__`` must not turn bold, a link must not
+    become one."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from profcallbacks.findings import Finding
+
+    message = "slow __getitem__ in *dataset*: see [here](https://example.invalid)"
+    finding = Finding("dataloader_stall", step=2, rank=0, severity="warning", message=message)
+    with StepProfiler(tmp_path / "log", **{**OPTIONS, "tensorboard_scalars": True}) as prof:
+        prof.session.emit(finding)
+        for _ in range(3):
+            prof.step()
+    events = EventAccumulator(str(tmp_path / "log"), size_guidance={"tensors": 0})
+    events.Reload()
+    (text,) = [e.tensor_proto.string_val[0].decode()
+               for e in events.Tensors("profcallbacks/findings/dataloader_stall/text_summary")]
+    assert text == ("**warning** step 2 rank 0 `dataloader_stall`: slow \\_\\_getitem\\_\\_ in "
+                    "\\*dataset\\*: see \\[here\\]\\(https://example.invalid\\)")
 
 
 class RecordingRun:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -133,6 +134,32 @@ def log_finding(finding: Finding) -> None:
     where = finding.step if late is None else f"{finding.step}, reported at step {late}"
     log.log(_LEVELS.get(finding.severity, logging.INFO), "[rank %d step %s] %s: %s",
             finding.rank, where, finding.kind, message)
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+\-!|~])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` with every Markdown sign escaped, so a renderer shows it as written.
+
+    Example:
+        >>> print(markdown_text("__getitem__ of *data*"))
+        \\_\\_getitem\\_\\_ of \\*data\\*
+    """
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def finding_markdown(finding: Finding) -> str:
+    """One finding as a line of Markdown (TensorBoard text, W&B and MLflow notes): the severity in
+    bold, the kind and message escaped (``__getitem__`` is not bold, a ``[link](...)`` no link).
+
+    Example:
+        >>> print(finding_markdown(Finding("dataloader_stall", step=3, rank=0, severity="warning",
+        ...                                message="slow __getitem__")))
+        **warning** step 3 rank 0 `dataloader_stall`: slow \\_\\_getitem\\_\\_
+    """
+    return (f"**{finding.severity}** step {finding.step} rank {finding.rank} "
+            f"`{finding.kind.replace('`', '')}`: {markdown_text(finding.message)}")
 
 
 class FindingRouter:

@@ -75,12 +75,6 @@ def findings_jsonl(findings: list[Finding]) -> str:
     return "".join(json.dumps(f.to_dict(), default=str) + "\n" for f in findings)
 
 
-def finding_markdown(finding: Finding) -> str:
-    """One finding as a line of Markdown (TensorBoard text, W&B and MLflow notes)."""
-    return (f"**{finding.severity}** step {finding.step} rank {finding.rank} "
-            f"`{finding.kind}`: {finding.message}")
-
-
 VERDICT_KEY = "profcallbacks/verdict"
 """The run summary key (W&B) / tag (MLflow) holding the latest capture's verdict."""
 

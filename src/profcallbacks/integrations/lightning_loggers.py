@@ -6,14 +6,13 @@ from typing import Any
 
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
-from profcallbacks.findings import Finding
+from profcallbacks.findings import Finding, finding_markdown
 from profcallbacks.integrations import mlflow_run, wandb_run
 from profcallbacks.integrations.base import (
     FINDING_COLUMNS,
     FINDINGS_KEY,
     FindingCounts,
     capture_verdict,
-    finding_markdown,
     finding_row,
     findings_jsonl,
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 from profcallbacks.core.faults import RecoveringAppender
 from profcallbacks.core.timing import IntervalSummary
-from profcallbacks.findings import Finding
+from profcallbacks.findings import Finding, finding_markdown
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ class TensorBoardWriter:
         if out is not None:
             from torch.utils.tensorboard.summary import text
 
-            message = f"**{finding.severity}** (rank {finding.rank}): {finding.message}"
-            out.append(_event(text(f"profcallbacks/findings/{finding.kind}", message),
+            out.append(_event(text(f"profcallbacks/findings/{finding.kind}", finding_markdown(finding)),
                               finding.step, time.time()))
 
     def close(self) -> None:

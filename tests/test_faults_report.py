@@ -152,6 +152,23 @@ def test_escape_sequences_and_bidi_overrides_are_shown_not_obeyed(run):
     assert "aten::evil\\x1b]8;;http://x\\x07\\x1b[2J\\u202etxt.exe" in text
 
 
+@pytest.mark.parametrize("fmt", ["text", "html"])
+def test_run_names_of_a_parent_directory_are_shown_not_obeyed(run, tmp_path, capsys, fmt):
+    """``report PARENT`` lists several runs by their directory names: whoever made a directory
+    chose its name."""
+    parent = tmp_path / "parent"
+    hostile = "exp\x1b]0;owned\x07\x1b[2J\u202e"
+    shutil.copytree(run, parent / hostile)
+    shutil.copytree(run, parent / "exp2")
+    code = main(["report", str(parent), "--format", fmt])
+    out, err = capsys.readouterr()
+    assert code == (0 if fmt == "text" else 2)
+    for stream in (out, err):
+        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    if fmt == "text":  # listed, escaped (HTML is of one run: refused, naming only the parent)
+        assert "exp\\x1b]0;owned\\x07\\x1b[2J\\u202e" in out
+
+
 def test_json_output_is_strict(run, capsys):
     steps = run / "profcallbacks" / "rank0.steps.jsonl"
     with steps.open("a") as f:

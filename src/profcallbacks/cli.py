@@ -102,7 +102,7 @@ def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
     """Lists the runs below ``path`` with their headlines when it holds more than one."""
     from profcallbacks.report.logdir import find_runs
     from profcallbacks.report.runs import render_runs_text, run_headlines
-    from profcallbacks.report.safe import dumps_strict
+    from profcallbacks.report.safe import dumps_strict, visible
 
     try:
         runs = find_runs(path) if path.is_dir() else []
@@ -114,8 +114,8 @@ def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
     if args.format == "json":
         return _emit(dumps_strict({"runs": rows}, indent=2) + "\n", args.output)
     if args.format == "html":
-        print(f"profcallbacks: {path} holds {len(runs)} runs; an HTML report is of one run: "
-              "give one of them", file=sys.stderr)
+        print(visible(f"profcallbacks: {path} holds {len(runs)} runs; an HTML report is of one "
+                      "run: give one of them"), file=sys.stderr)
         return 2
     return _emit(render_runs_text(str(path), rows), args.output)
 

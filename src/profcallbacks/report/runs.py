@@ -7,6 +7,7 @@ from typing import Any
 
 from profcallbacks.report.build import build_report
 from profcallbacks.report.logdir import RunFiles
+from profcallbacks.report.safe import visible
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:
@@ -26,12 +27,13 @@ def run_headlines(runs: list[RunFiles]) -> list[dict[str, Any]]:
 
 
 def render_runs_text(root: str, rows: list[dict[str, Any]]) -> str:
-    """The headlines as a text table (runs named relative to ``root``), with what to run next."""
-    out = [f"profcallbacks: {root} holds {len(rows)} runs", "",
+    """The headlines as a text table (runs named relative to ``root``, made visible: a run's name
+    is whoever made its directory's choice), with what to run next."""
+    out = [f"profcallbacks: {visible(root)} holds {len(rows)} runs", "",
            f"  {'run':<44} {'steps':>7} {'median ms':>10} {'data wait':>9} {'verdict':<20} "
            f"{'captures':>8} {'findings':>8}"]
     for r in rows:
-        name = os.path.relpath(r["logdir"], root)
+        name = visible(os.path.relpath(r["logdir"], root))
         name = name if len(name) <= 44 else "..." + name[-41:]
         median = "-" if r["median_ms"] is None else f"{r['median_ms']:.2f}"
         share = "-" if r["data_wait_share"] is None else f"{r['data_wait_share']:.0%}"

@@ -172,6 +172,39 @@ def test_default_logdir_is_the_tensorboard_run_and_metrics_reach_the_logs(tmp_pa
     assert sum("profcallbacks/step_time_ms" in h for h in trainer.state.log_history) == 2
 
 
+def test_a_slow_integration_start_keeps_everything_in_hfs_own_tensorboard_run(tmp_path, monkeypatch):
+    """With report_to=["tensorboard", "wandb"] the W&B integration starts between HF's TensorBoard
+    writer and this callback; a slow ``wandb.init`` (4 s here, 9 s seen) must not split the run."""
+    wandb = pytest.importorskip("wandb")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                        "WANDB_DISABLE_GIT": "true"}.items():
+        monkeypatch.setenv(name, value)
+    real_init = wandb.init
+
+    def slow_init(*args, **kwargs):
+        import time
+
+        time.sleep(4.0)
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", slow_init)
+    wandb.teardown()
+    callback = ProfilerCallback(schedule=Schedule(skip_first=1, warmup=0, active=1), log_every_n_steps=2)
+    try:
+        train(tmp_path, max_steps=4, callback=callback, report_to=["tensorboard", "wandb"])
+    finally:
+        wandb.finish()
+        wandb.teardown()
+    runs = sorted((tmp_path / "out" / "runs").iterdir())
+    assert runs == [callback.session.logdir]  # one run directory: HF's
+    acc = EventAccumulator(str(runs[0]))
+    acc.Reload()
+    assert {"train/loss", "profcallbacks/step_time_ms"} <= set(acc.Tags()["scalars"])
+    assert [d.name for d in capture_dirs(runs[0])] == ["step000001-schedule"]
+
+
 def test_capture_requested_before_training(tmp_path):
     callback = ProfilerCallback(tmp_path / "prof", schedule=None, tensorboard_scalars=False)
     callback.capture(steps=2)

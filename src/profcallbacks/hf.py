@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 import weakref
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -253,9 +253,12 @@ def tensorboard_logdir(args: TrainingArguments, state: TrainerState, rank: RankI
 
     transformers 4.x: ``args.logging_dir``. 5.x: ``$TENSORBOARD_LOGGING_DIR``, else
     ``output_dir/runs/<date>_<host>`` named at the integration's ``on_train_begin``, which runs
-    just before ours: an existing directory from the last seconds is that one. With several
-    ranks, rank 0's choice is broadcast (in 4.x too: each process names ``logging_dir`` from its
-    own clock, so ranks starting across a second boundary disagree).
+    before ours (other integrations may run in between for seconds: ``wandb.init``): the
+    directory where this process opened an event file (the integration's writer opens one at
+    once, named with the host and the process id) is that one; without one (TensorBoard not in
+    ``report_to``), the name of this second. With several ranks, rank 0's choice is broadcast
+    (in 4.x too: each process names ``logging_dir`` from its own clock, so ranks starting across a
+    second boundary disagree).
     """
     legacy = getattr(args, "logging_dir", None)  # 4.x: named per process, from its own clock
     env = os.environ.get("TENSORBOARD_LOGGING_DIR")
@@ -265,14 +268,33 @@ def tensorboard_logdir(args: TrainingArguments, state: TrainerState, rank: RankI
         path = Path(env).expanduser()
     else:
         runs = Path(args.output_dir or ".") / "runs"
-        now = datetime.now()
-        names = [f"{now - timedelta(seconds=s):%b%d_%H-%M-%S}_{socket.gethostname()}"
-                 for s in range(3)]
-        found = [runs / name for name in names if (runs / name).is_dir()]
-        path = found[0] if found else runs / names[0]
-        if state.is_hyper_param_search and state.trial_name:
-            path = path / state.trial_name
+        trial = state.trial_name if state.is_hyper_param_search and state.trial_name else None
+        path = _own_event_dir(runs, trial) or runs / f"{datetime.now():%b%d_%H-%M-%S}_{socket.gethostname()}"
+        if trial is not None and path.name != trial:
+            path = path / trial
     return _from_rank_zero(path) if rank.is_distributed else path
+
+
+def _own_event_dir(runs: Path, trial: str | None) -> Path | None:
+    """The directory below ``runs`` (``runs/<name>`` or ``runs/<name>/<trial>``) holding the newest
+    TensorBoard event file this process opened (``events.out.tfevents.<time>.<host>.<pid>.<n>``)."""
+    mark = f".{socket.gethostname()}.{os.getpid()}."
+    newest: tuple[float, Path] | None = None
+    try:
+        dirs = [d for d in runs.iterdir() if d.is_dir()]
+    except OSError:
+        return None
+    for directory in dirs + ([d / trial for d in dirs] if trial else []):
+        try:
+            files = [f for f in directory.iterdir()
+                     if f.name.startswith("events.out.tfevents.") and mark in f.name]
+            for file in files:
+                stamp = file.stat().st_mtime
+                if newest is None or stamp > newest[0]:
+                    newest = (stamp, directory)
+        except OSError:
+            continue
+    return None if newest is None else newest[1]
 
 
 def _from_rank_zero(path: Path) -> Path:

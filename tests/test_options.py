@@ -93,6 +93,13 @@ def test_empty_logdir_is_refused_instead_of_writing_into_the_working_directory(l
         StepProfiler(logdir)
 
 
+@pytest.mark.parametrize("logdir", [None, 42])
+def test_a_logdir_that_is_no_path_is_refused_with_the_fix(logdir):
+    with pytest.raises(ValueError, match=rf"StepProfiler\(logdir={logdir}\): logdir must be a directory "
+                                         r"path .* Use e.g. logdir='runs/exp1'"):
+        StepProfiler(logdir)
+
+
 def test_on_finding_must_be_callable(tmp_path):
     with pytest.raises(ValueError, match=r"on_finding=42\): on_finding must be a callable"):
         StepProfiler(tmp_path, on_finding=42)

@@ -20,9 +20,18 @@ def test_issue_example():
 @pytest.mark.parametrize("args", [(0, 0, 1, 1, 1), (3, 2, 1, 4, 2), (5, 1, 0, 3, 3), (0, 3, 2, 2, 4),
                                   (10, 0, 1, 3, 1), (2, 5, 2, 1, 0)])
 def test_same_steps_as_torch_schedule(args):
-    s = Schedule(*args)
+    s = Schedule(**dict(zip(("skip_first", "wait", "warmup", "active", "repeat"), args, strict=True)))
     ours = [i for i in range(200) if s.phase(i) is Phase.ACTIVE]
     assert ours == torch_active_steps(*args, 200)
+
+
+def test_options_are_keyword_only():
+    """``Schedule(3)`` read as ``skip_first=3`` silently; every option is named instead."""
+    from profcallbacks import ByteBudget, MemoryConfig, ProfilerConfig, SlowdownConfig, StallConfig
+
+    for config in (Schedule, StallConfig, SlowdownConfig, MemoryConfig, ByteBudget, ProfilerConfig):
+        with pytest.raises(TypeError, match="positional argument"):
+            config(3)
 
 
 @pytest.mark.parametrize("kwargs, name", [({"skip_first": -1}, "skip_first"), ({"wait": -2}, "wait"),

@@ -86,7 +86,7 @@ class StepProfiler:
                  budget: ByteBudget | None = DEFAULTS.budget,
                  on_finding: FindingHandler | None = None,
                  metrics_sink: MetricsSink | None = None) -> None:
-        config = ProfilerConfig.from_arguments(locals())
+        config = ProfilerConfig.from_arguments(locals(), logdir_required=True)
         self._metrics_sink = check_metrics_sink("StepProfiler", metrics_sink)
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,

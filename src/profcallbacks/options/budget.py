@@ -12,7 +12,7 @@ MIN_BUDGET_BYTES = 10_000
 MAX_BUDGET_BYTES = 10**15
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ByteBudget:
     """Bounds on trace bytes, so that every capture stays openable and a long run fits its disk.
 

@@ -10,7 +10,7 @@ SEGMENTS = 4
 """Growth must show in each of this many consecutive parts of the window."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryConfig:
     """Always-on memory numbers and the ``memory_creep`` alert (defaults in the README).
 

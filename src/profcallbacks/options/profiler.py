@@ -24,7 +24,7 @@ DEFAULT_LOG_EVERY_N_STEPS = 50
 """Most steps per step-time summary: the summary's steps are buffered until then."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProfilerConfig:
     """Options shared by ``StepProfiler`` and the Lightning and Hugging Face callbacks.
 
@@ -126,17 +126,18 @@ class ProfilerConfig:
             object.__setattr__(self, "ranks", tuple(ranks))
 
     @classmethod
-    def from_arguments(cls, arguments: dict[str, Any]) -> ProfilerConfig:
+    def from_arguments(cls, arguments: dict[str, Any], *, logdir_required: bool = False) -> ProfilerConfig:
         """The config of a front end's keyword arguments (its ``locals()`` in ``__init__``).
 
         Every front end spells out the same options in its signature (IDEs, LightningCLI and
         ``help()`` see them); this keeps the hand-over to the one validated config in one place.
-        The front end's own ``logdir`` and ``on_finding`` are checked here too.
+        The front end's own ``logdir`` (``None`` allowed unless ``logdir_required``: the
+        callbacks take the framework's directory) and ``on_finding`` are checked here too.
         """
         logdir, on_finding = arguments.get("logdir"), arguments.get("on_finding")
         owner = type(arguments["self"]).__name__ if "self" in arguments else "profiler"
-        if logdir is not None and (not isinstance(logdir, (str, os.PathLike))
-                                   or not str(os.fspath(logdir)).strip()):
+        if (logdir is not None or logdir_required) and (not isinstance(logdir, (str, os.PathLike))
+                                                        or not str(os.fspath(logdir)).strip()):
             raise fail(owner, "logdir", logdir, "a directory path (it is created if missing)",
                        fix="Use e.g. logdir='runs/exp1'; '.' for the working directory.")
         if on_finding is not None and not callable(on_finding):

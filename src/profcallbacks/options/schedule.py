@@ -20,7 +20,7 @@ def _require(name: str, value: int, minimum: int, fix: str) -> None:
     check_int("Schedule", name, value, minimum=minimum, fix=fix)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """Which steps to capture, with exactly the meaning of ``torch.profiler.schedule``.
 

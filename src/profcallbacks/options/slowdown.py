@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 _OWNER = "SlowdownConfig"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlowdownConfig:
     """When slower steps raise an alert (see the module docstring for the method).
 

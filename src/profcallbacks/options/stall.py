@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from profcallbacks.options.checks import check_int, check_number
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StallConfig:
     """When waiting for data counts as a stall (defaults are justified in docs/detection.md and
     docs/explanation/stalls-and-syncs.md).

@@ -10,7 +10,7 @@ STRAGGLER_THRESHOLD = 1.15
 """A rank 15% slower than the others' median holds every rank back by as much at each all-reduce."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StragglerConfig:
     """When a rank counts as a straggler.
 

@@ -11,7 +11,7 @@ LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lig
              "transformers", "accelerate", "torchmetrics", "profcallbacks")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SyncAuditConfig:
     """Which steps the sync audit watches and what it reports.
 

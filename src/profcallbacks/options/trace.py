@@ -13,7 +13,7 @@ from profcallbacks.options.checks import check_bool, fail
 _ACTIVITY_NAMES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TraceOptions:
     """Options passed to ``torch.profiler.profile`` for each capture window.
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +15,7 @@ from helpers import tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
 from profcallbacks.core.faults import RecoveringAppender
 from profcallbacks.findings import Finding, FindingsFile
+from profcallbacks.layout import STAGING_DIR
 from profcallbacks.run import sinks
 
 
@@ -62,6 +66,25 @@ def test_disk_full_mid_run_warns_once_recovers_and_never_raises(small_disk, capl
     rows = _rows(small_disk)  # summaries of the full-disk stretch were kept and written later
     assert [r["last_step"] for r in rows] == list(range(9, 250, 10))
     assert "Exception in thread" not in capfd.readouterr().err
+    staging = small_disk.root / "run" / STAGING_DIR  # kineto's half-written save removed too
+    assert not staging.exists() or list(staging.iterdir()) == []
+
+
+def test_a_file_size_limit_is_named_and_leaves_nothing_half_written(tmp_path):
+    """``ulimit -f`` below a capture's size: kineto's save fails (EFBIG, and it leaves its
+    ``trace.json.tmp``); the warning names the limit, training ends normally, staging is clean."""
+    logdir = tmp_path / "run"
+    script = (f"import resource, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (40000, resource.RLIM_INFINITY)); "
+              "from faults_helpers import small_run; "
+              f"small_run(__import__('pathlib').Path({str(logdir)!r}), 12, tensorboard_scalars=False); "
+              "print('TRAINING-DONE')")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "TRAINING-DONE" in result.stdout, result.stderr[-2000:]
+    assert "could not export capture step000002-schedule" in result.stderr
+    assert "file size limit of 40000 bytes (ulimit -f)" in result.stderr
+    staging = logdir / STAGING_DIR
+    assert not staging.exists() or list(staging.iterdir()) == []
 
 
 def test_read_only_mid_run_warns_once_recovers_and_never_raises(small_disk, caplog, capfd):

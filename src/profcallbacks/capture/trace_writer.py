@@ -121,10 +121,10 @@ def new_raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
 
 
 def remove_raw(raw: Path) -> None:
-    """Remove a raw trace and its private directory (only what is ours); never raises."""
+    """Remove a raw trace and its private directory with whatever else kineto left in it (its
+    ``trace.json.tmp`` when a save failed half-way), only what is ours; never raises."""
     with contextlib.suppress(OSError):
-        remove_own(raw, kind="file")
-        remove_own(raw.parent, kind="dir")
+        remove_own_tree(raw.parent, inside=raw.parent.parent)
 
 
 def remove_raws(raw: Path, info: CaptureInfo) -> None:

@@ -32,7 +32,19 @@ _CAUSES = {
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
     errno.EIO: "I/O error",
+    errno.EFBIG: "file too large",
 }
+
+
+def file_size_limit() -> int | None:
+    """This process's largest file in bytes (``ulimit -f``, ``RLIMIT_FSIZE``), or None for none."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def filesystem_trouble(path: Path) -> str | None:
@@ -58,6 +70,10 @@ def describe_error(exc: BaseException, path: Path | None = None) -> str:
     cause = filesystem_trouble(path) if path is not None else None
     if cause is None and isinstance(exc, OSError) and exc.errno:
         cause = _CAUSES.get(exc.errno)
+    limit = file_size_limit()
+    if limit is not None and (cause == "file too large" or isinstance(exc, FileNotFoundError)):
+        # a writer that hit the limit (kineto's save among them: it leaves no file) says no more
+        cause = f"file size limit of {limit} bytes (ulimit -f)"
     detail = f"{type(exc).__name__}: {exc}"
     return f"{cause} ({detail})" if cause else detail
 

@@ -106,7 +106,7 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
         evidence.append(f"{label[c]} already use tensor cores ({precs})")
     ops = sorted(((op, t) for c in slow for op, t in fp32_ops[c].items()), key=lambda x: -x[1])
     top_kernels = sorted({k.name for k in cap.kernels if gemm_class(k) in slow
-                          and precision(k.name) == "fp32"}, key=len)[:2]
+                          and precision(k.name) == "fp32"}, key=lambda n: (len(n), n))[:2]
     evidence.append("e.g. " + ", ".join(short(n, 50) for n in top_kernels))
     where = ", ".join(f"{op} {ms(t)}" for op, t in ops[:3]) or None
     name = device.name or f"a {device.capability} GPU (from kernel names)"

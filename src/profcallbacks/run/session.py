@@ -49,7 +49,7 @@ from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, Te
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-LIVE_ANALYSIS = "profcallbacks.report.live:capture_findings"
+LIVE_ANALYSIS = "profcallbacks.report.capture_findings:capture_findings"
 """Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analyse.advice import run_context
@@ -22,7 +23,6 @@ from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run, trace_expe
 from profcallbacks.report.analyse.growth import describe, growth_pattern
 from profcallbacks.report.analyse.verdict import decide, label
 from profcallbacks.report.read.decode import Trace, load_trace, slim
-from profcallbacks.report.read.generations import LOADER_PREFIXES
 from profcallbacks.report.read.traces import summarise
 
 TOP_CHANGES = 8

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
@@ -16,7 +17,6 @@ from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
 from profcallbacks.report.analyse.verdict import decide
 from profcallbacks.report.read.events import scan
-from profcallbacks.report.read.generations import LOADER_PREFIXES
 
 _METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
                 "comm_exposed_ms")

@@ -29,6 +29,7 @@ import re
 import statistics
 from typing import Any
 
+from profcallbacks.core.trace_names import COPY_NAME_PREFIX
 from profcallbacks.report.model.intervals import merge
 from profcallbacks.report.read.events import Row, Scan
 
@@ -140,7 +141,7 @@ def breakdown(rows: list[Row], launches: dict[int, float], top: int = 3) -> dict
             by_name[r[2]] = by_name.get(r[2], 0.0) + r[1] - r[0]
     memcpy: dict[str, list[float]] = {}
     for r in rows:
-        if r[2].startswith("Memcpy"):
+        if r[2].startswith(COPY_NAME_PREFIX):
             acc = memcpy.setdefault(r[2], [0, 0.0])
             acc[0] += 1
             acc[1] += (r[1] - r[0]) / 1e3

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from profcallbacks.core.trace_names import ASYNC_COPY_CALL, STEP_PREFIX
 from profcallbacks.report.analyse.gpu_breakdown import clip, total
 from profcallbacks.report.model.intervals import merge, subtract
 from profcallbacks.report.read.events import Scan, op_intervals
@@ -37,7 +38,7 @@ def host_side(found: Scan, steps: list[dict[str, Any]] | None = None, top: int =
         top: Sync calls to list.
     """
     syncs = list(found.syncs)
-    syncs += [(*found.async_copies[c], "cudaMemcpyAsync") for c in found.blocking_copies
+    syncs += [(*found.async_copies[c], ASYNC_COPY_CALL) for c in found.blocking_copies
               if c in found.async_copies]
     marks = found.steps
     if any(s[3] for s in marks):
@@ -112,6 +113,6 @@ def _compute(ops: list[tuple[float, float]], found: Scan) -> list[tuple[float, f
 
 def _number(name: str) -> int:
     try:
-        return int(name[len("ProfilerStep#"):])
+        return int(name[len(STEP_PREFIX):])
     except ValueError:
         return -1

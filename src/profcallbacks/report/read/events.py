@@ -12,26 +12,26 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from profcallbacks.core.trace_names import (
+    ASYNC_COPY_CALL,
+    CPU_OP,
+    DEVICE_CATEGORIES,
+    DEVICE_SYNCS,
+    GPU_MEMCPY,
+    HOST_CATEGORIES,
+    LOADER_PREFIXES,
+    MARKED_PREFIXES,
+    OPTIMIZER_PREFIX,
+    RUNTIME_CATEGORIES,
+    STEP_PREFIX,
+    SYNC_CALLS,
+    TRACE_SPAN,
+)
 from profcallbacks.report.read.decode import MISSING, Args, Event
-from profcallbacks.report.read.generations import LOADER_PREFIXES
 
 Interval = tuple[float, float]
 Row = tuple[float, float, str, int, int]  # ts, end, name, stream, correlation (us)
 
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-DEVICE_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation"}
-DEVICE_SYNCS = frozenset({"Event Sync", "Context Sync"})
-SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                        "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyPeer", "aten::_local_scalar_dense",
-                        "aten::item"})
-COMM_PREFIXES = ("nccl:", "c10d::", "gloo:", "record_param_comms")
-"""Host-side collective ranges: torch.distributed's ops (``c10d::allreduce_`` ...), the backends'
-own ranges on their worker threads (``gloo:all_reduce``, ``nccl:all_reduce``) and the wrapper
-torch records around each collective (``record_param_comms``)."""
-STEP_PREFIX = "ProfilerStep#"
-_MARKED = (STEP_PREFIX, *LOADER_PREFIXES, "Optimizer.step#", *COMM_PREFIXES)
-_HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 
 
 @dataclass
@@ -74,9 +74,9 @@ def scan(events: list[Any]) -> Scan:
     for event in events:
         try:  # the common case without isinstance checks; anything odd takes the except path
             cat = event.cat
-            if cat == "cpu_op":  # most events: keep a reference, look closer only when needed
+            if cat == CPU_OP:  # most events: keep a reference, look closer only when needed
                 name = event.name
-                if name not in SYNC_CALLS and not name.startswith(_MARKED):
+                if name not in SYNC_CALLS and not name.startswith(MARKED_PREFIXES):
                     plain.append(event)
                     continue
             if event.ph != "X" or cat is MISSING:
@@ -86,37 +86,37 @@ def scan(events: list[Any]) -> Scan:
                 raise TypeError
             end = ts + dur
         except (KeyError, TypeError, IndexError, AttributeError):
-            if isinstance(event, Event) and event.ph == "X" and event.cat not in (None, "Trace", MISSING):
+            if isinstance(event, Event) and event.ph == "X" and event.cat not in (None, TRACE_SPAN, MISSING):
                 out.bad_dur += 1
             continue
         if type(name) is not str:
             name = str(name)
-        if cat == "cpu_op":
+        if cat == CPU_OP:
             if ts < lo:
                 lo = ts
             if end > hi:
                 hi = end
-            if not name.startswith(_MARKED):
+            if not name.startswith(MARKED_PREFIXES):
                 ops.append((ts, end))
                 syncs.append((ts, end, name))
                 continue
-        if cat is None or cat == "Trace":
+        if cat is None or cat == TRACE_SPAN:
             continue
         args = event.args
-        if name.startswith(_MARKED) and cat in _HOST_CATS:
+        if name.startswith(MARKED_PREFIXES) and cat in HOST_CATEGORIES:
             lo, hi = min(lo, ts), max(hi, end)
             _marked(out, ts, end, name, args, cat)
             continue
-        if cat in DEVICE_CATS:
+        if cat in DEVICE_CATEGORIES:
             out.device_events += 1
         stream, corr = (_int(args.stream), _int(args.correlation)) if isinstance(args, Args) else (-1, -1)
-        if cat in RUNTIME_CATS:
+        if cat in RUNTIME_CATEGORIES:
             lo, hi = min(lo, ts), max(hi, end)
             if name in SYNC_CALLS:
                 syncs.append((ts, end, name))
-            elif name == "cudaMemcpyAsync" and corr >= 0:
+            elif name == ASYNC_COPY_CALL and corr >= 0:
                 out.async_copies[corr] = (ts, end)
-        elif cat == "gpu_memcpy" and corr >= 0 and ("DtoH" in name or "Pageable" in name):
+        elif cat == GPU_MEMCPY and corr >= 0 and ("DtoH" in name or "Pageable" in name):
             out.blocking_copies.add(corr)
         if isinstance(ts, float):  # ns resolution: whole microseconds inward, as HTA does
             ts, end = math.ceil(ts), math.floor(end)
@@ -151,11 +151,11 @@ def _marked(out: Scan, ts: float, end: float, name: str, args: Any, cat: str) ->
         out.steps.append((ts, end, name, isinstance(args, Args) and bool(args.profcallbacks)))
     elif name.startswith(LOADER_PREFIXES):
         out.data.append((ts, end))
-    elif name.startswith("Optimizer.step#"):
+    elif name.startswith(OPTIMIZER_PREFIX):
         out.optimizer.append((ts, end))
         out.ops.append((ts, end))
     else:
         out.comm.append((ts, end))
-        if cat == "cpu_op":
+        if cat == CPU_OP:
             out.comm_ops.append((ts, end))
             out.ops.append((ts, end))

@@ -33,22 +33,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.core.trace_names import DATALOADER_PREFIXES
+from profcallbacks.core.trace_names import (
+    CPU_OP,
+    GPU_CATEGORIES,
+    HOST_CATEGORIES,
+    LIGHTNING_PREFIXES,
+    LOADER_PREFIXES,
+    OLD_CATEGORIES,
+    STEP_PREFIX,
+    USER_ANNOTATION,
+)
 from profcallbacks.report.read.decode import Trace
-
-OLD_CATEGORIES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
-                  "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Python": "python_function"}
-"""torch 1.8-1.13 category -> the torch 2.x name the report reads."""
-HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function"})
-"""Categories of host-side ranges, where step and loader markers may appear."""
-STEP_PREFIX = "ProfilerStep#"
-LOADER_PREFIXES = (*DATALOADER_PREFIXES, "[_TrainingEpochLoop].train_dataloader_next",
-                   "[TrainingEpochLoop].train_dataloader_next")
-"""Names of ranges that wait for the next batch: torch's DataLoader/DataPipe ``__next__`` and the
-range Lightning's own profiler records around ``next(data_fetcher)``."""
-GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-LIGHTNING_PREFIXES = ("[_TrainingEpochLoop]", "[LightningModule]", "[Strategy]", "[Callback]")
-"""Ranges Lightning's own profiler records: the trace comes from a Lightning run."""
 
 
 @dataclass
@@ -131,11 +126,11 @@ def normalise(trace: Trace) -> TraceFormat:
             framework = "lightning"
         if name.startswith(STEP_PREFIX):
             steps += 1
-            event.cat = "user_annotation"
+            event.cat = USER_ANNOTATION
         elif name.startswith(LOADER_PREFIXES):
             loaders += 1
-            event.cat = "cpu_op"
-        elif cat == "cpu_op":
+            event.cat = CPU_OP
+        elif cat == CPU_OP:
             cpu_ops += 1
             if not fractional and type(event.ts) is float and event.ts % 1:
                 fractional = True

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.trace_names import MARKED_PREFIXES, PYTHON_FUNCTION
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.events import _MARKED
 from profcallbacks.report.read.files import ReadError, open_regular
 
 STREAM_MIN_BYTES = 64 << 20
@@ -57,7 +57,7 @@ class _Kept:
                     continue
                 name = event.name
                 if type(name) is str:
-                    if event.cat == "python_function" and not name.startswith(_MARKED):
+                    if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
                         continue
                     event.name = intern(name)
                 cat = event.cat

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import CPU_OP, LOADER_PREFIXES, USER_ANNOTATION
+from profcallbacks.core.trace_names import GPU_CATEGORIES as GPU_CATS
+from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
 from profcallbacks.report.analyse.captures import analyse_events
 from profcallbacks.report.analyse.compile import COMPILED_PREFIXES
 from profcallbacks.report.analyse.expert import trace_expert
@@ -31,11 +34,9 @@ from profcallbacks.report.model.intervals import covered, merge, subtract
 from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, load_trace
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
-from profcallbacks.report.read.generations import LOADER_PREFIXES, TraceFormat, normalise
+from profcallbacks.report.read.generations import TraceFormat, normalise
 from profcallbacks.report.read.stream import STREAM_MIN_BYTES, stream_trace
 
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-_STEP_PREFIX = "ProfilerStep#"
 _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
@@ -118,7 +119,7 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             if event.ph != "X":
                 continue
             cat = event.cat
-            if cat != "cpu_op" and cat not in GPU_CATS and cat != "user_annotation":
+            if cat != CPU_OP and cat not in GPU_CATS and cat != USER_ANNOTATION:
                 continue
             ts, dur, name = event.ts, event.dur, event.name
             if ts is MISSING:
@@ -135,7 +136,7 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
             continue
         if type(name) is not str:
             name = "" if name is MISSING else str(name)
-        if cat == "cpu_op":
+        if cat == CPU_OP:
             pid, tid = event.pid, event.tid
             key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
             item = (ts, dur, name)

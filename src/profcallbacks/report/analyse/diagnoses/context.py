@@ -12,18 +12,23 @@ import math
 import re
 from typing import Any
 
+from profcallbacks.core.trace_names import (
+    CPU_OP,
+    CUDA_PROFILER_RANGE,
+    KERNEL,
+    OLD_CATEGORIES,
+    PYTHON_FUNCTION,
+    USER_ANNOTATION,
+)
+from profcallbacks.core.trace_names import GPU_CATEGORIES as _GPU_CATS
+from profcallbacks.core.trace_names import HOST_ONLY_CATEGORIES as HOST_ONLY_CATS
+from profcallbacks.core.trace_names import RUNTIME_CATEGORIES as _RUNTIME_CATS
+from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
 from profcallbacks.report.analyse.diagnoses.flops import COUNTED, shape_flops
 from profcallbacks.report.analyse.diagnoses.model import Capture, Device, Kernel, Op
 from profcallbacks.report.read.decode import MISSING, Args, shape_value
-from profcallbacks.report.read.generations import OLD_CATEGORIES
 
-_HOST_CATS = frozenset({"cpu_op", "user_annotation"})
-_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-_STEP = "ProfilerStep#"
-HOST_ONLY_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event",
-                            "Trace", "fwdbwd", "Python", "Operator", "python_function_call"})
-"""Categories a trace without any accelerator activity holds (anything else is a device's)."""
+_HOST_CATS = frozenset({CPU_OP, USER_ANNOTATION})
 _ARCH = (("hopper", 9, 0), ("sm90", 9, 0), ("ampere", 8, 0), ("sm80", 8, 0), ("sm86", 8, 6),
          ("turing", 7, 5), ("sm75", 7, 5), ("volta", 7, 0), ("sm70", 7, 0))
 _ARCH_RE = re.compile(r"(?:^|[^a-z])(hopper|ampere|turing|volta|sm90|sm80|sm86|sm75|sm70)_")
@@ -85,7 +90,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
                 flops.append((ts, float(args.flops)))
             elif args is not None and name in COUNTED:
                 shaped.append((op, args))
-        elif cat == "python_function":
+        elif cat == PYTHON_FUNCTION:
             frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
         elif cat in _RUNTIME_CATS:
             call = Op(ts, end, name, (event.pid, event.tid))
@@ -130,10 +135,10 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     for items in frames.values():
         items.sort(key=lambda f: (f.ts, -f.end))
     return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
-                   device=device_of(properties, [k.name for k in kernels if k.cat == "kernel"][:2000]),
+                   device=device_of(properties, [k.name for k in kernels if k.cat == KERNEL][:2000]),
                    flops=flops, flops_source=source, whole_span=whole,
                    cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
-                   replayed="cuda_profiler_range" in cats)
+                   replayed=CUDA_PROFILER_RANGE in cats)
 
 
 def _nest(ops: list[Op], runtime: list[Op]) -> None:

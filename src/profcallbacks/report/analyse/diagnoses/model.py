@@ -12,6 +12,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from profcallbacks.core.trace_names import KERNEL
 from profcallbacks.report.model.intervals import merge
 
 Span = tuple[float, float]
@@ -118,7 +119,7 @@ class Capture:
 
     @property
     def has_gpu(self) -> bool:
-        return any(k.cat == "kernel" for k in self.kernels)
+        return any(k.cat == KERNEL for k in self.kernels)
 
     def span_ms(self) -> float:
         """All steps together (ms)."""

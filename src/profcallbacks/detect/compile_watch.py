@@ -22,6 +22,7 @@ import os
 import sys
 import sysconfig
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -199,6 +200,12 @@ class CompileWatcher:
             del self._times[step]
         return taken
 
+    def segments(self, first: int, n: int, excluded: bool) -> list[tuple[int, int, bool, float]]:
+        """The block of ``n`` steps from ``first`` as parts handed over one by one
+        (:func:`compile_segments`), the compile seconds of its steps taken out."""
+        compiled = self.take_times(first + n)
+        return compile_segments(first, n, excluded, compiled) if compiled else [(0, n, excluded, 0.0)]
+
     def drain(self) -> list[Finding]:
         """Findings about what compiled since the last drain, in step order."""
         self.pending = False
@@ -353,6 +360,56 @@ class CompileWatcher:
                                         f"events: {'; '.join(said)}",
                        details={**details, "compile_events": [
                            {k: v for k, v in e.items() if k != "text"} for e in near]})
+
+
+def watch_compile(*, rank: int, step_now: Callable[[], int | None]) -> CompileWatcher | None:
+    """A watcher listening to torch.compile's events, ``None`` while ``torch._dynamo`` is not
+    imported (no compile yet). One that fails to install is a watcher that hears nothing (its
+    events are off, with one warning): training goes on.
+
+    ``step_now`` is held weakly when it is a bound method: torch's compile callbacks are global,
+    and an owner abandoned open must still be collected (and close itself).
+    """
+    if hasattr(step_now, "__self__"):
+        ref = weakref.WeakMethod(step_now)
+
+        def step_now() -> int | None:
+            method = ref()
+            return method() if method is not None else None
+
+    watcher = CompileWatcher(rank=rank, step_now=step_now)
+    try:
+        return watcher if watcher.install() else None
+    except Exception as exc:  # never stops training: compile events are off
+        watcher.uninstall()
+        log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.", exc)
+        return CompileWatcher(rank=rank, step_now=step_now)
+
+
+def compile_segments(first: int, n: int, excluded: bool,
+                     compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
+    """The block's steps ``0..n-1`` as parts ``(start, end, excluded, compile_s)``: each step
+    that compiled alone and excluded, the others as they were. Compile time of
+    steps before the block (``-1``: between steps) goes with its first part.
+
+    Example:
+        >>> compile_segments(10, 5, False, {12: 1.5})
+        [(0, 2, False, 0.0), (2, 3, True, 1.5), (3, 5, False, 0.0)]
+    """
+    parts: list[tuple[int, int, bool, float]] = []
+    start, early = 0, sum(s for step, s in compiled.items() if step < first)
+    for step in sorted(s for s in compiled if first <= s < first + n):
+        k = step - first
+        if k > start:
+            parts.append((start, k, excluded, 0.0))
+        parts.append((k, k + 1, True, compiled[step]))
+        start = k + 1
+    if start < n:
+        parts.append((start, n, excluded, 0.0))
+    if early:
+        a, b, part_excluded, seconds = parts[0]
+        parts[0] = (a, b, part_excluded, seconds + early)
+    return parts
 
 
 class _DynamoLogHandler(logging.Handler):

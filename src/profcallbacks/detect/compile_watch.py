@@ -18,9 +18,7 @@ and no step exclusion; no metrics: no recompile reasons).
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import sysconfig
 import time
 import weakref
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from profcallbacks.detect.compile_reasons import (
     limit_hit,
     resumed_function,
 )
+from profcallbacks.detect.frames import CallerFrames
 from profcallbacks.findings import (
     COMPILE_FALLBACK,
     DATALOADER_STALL,
@@ -46,14 +45,13 @@ from profcallbacks.findings import (
     STEP_SLOWDOWN,
     Finding,
 )
+from profcallbacks.options.sync_audit import LIBRARIES
 
 log = logging.getLogger(__name__)
 
 StepNow = Callable[[], "int | None"]
 """The step in progress, or ``None`` between steps (paused, not open)."""
 _LIMIT_LOGGER = "torch._dynamo.convert_frame"
-_LIBRARIES = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate",
-              "profcallbacks")
 EXPLAINED_KINDS = (STEP_SLOWDOWN, DATALOADER_STALL)
 FALLBACK_FIX = ("mark the changing dimension dynamic (torch._dynamo.mark_dynamic(x, dim) or "
                 "torch.compile(..., dynamic=True)), pad or bucket the inputs to a few sizes, or "
@@ -97,16 +95,13 @@ class CompileWatcher:
         self._handler = _DynamoLogHandler(self)
         self._loggers: list[tuple[logging.Logger, int, bool]] = []
         self._callbacks: Any = None
-        self._library_dirs: tuple[str, ...] = ()
-        self._torch_dirs: tuple[str, ...] = ()  # torch's and Python's own code
+        self._frames: CallerFrames | None = None  # whose code a file is (set by install)
 
     def install(self) -> bool:
         """Listen to dynamo; ``False`` (and nothing installed) when torch.compile is not in use."""
         if "torch._dynamo" not in sys.modules:
             return False
-        files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
-        self._library_dirs = tuple(os.path.dirname(f) + os.sep for f in files if f)
-        self._torch_dirs = self._library_dirs[:1] + _stdlib_dirs()
+        self._frames = CallerFrames(LIBRARIES)
         try:
             from torch._dynamo import callback
 
@@ -259,11 +254,11 @@ class CompileWatcher:
         key = f"{file}:{line}:{name}"
         count = self._recompiles[key] = self._recompiles.get(key, 0) + 1
         seconds = _seconds(metric) + backward.get(str(getattr(metric, "compile_id", None)), 0.0)
-        called = call_site(getattr(metric, "stack_trace", None), self._library_dirs)
+        called = call_site(getattr(metric, "stack_trace", None), self._user_code)
         change = guard_change(reason)
         label = f"{function}()" + (f" after its graph break at line {break_line}"
                                    if break_line is not None else "")
-        if self._torch_code(file):  # e.g. the wrapper of a compiled DDP
+        if self._frames is not None and self._frames.torch_code(file):  # a compiled DDP's wrapper
             label = f"the compiled module (torch's {function}())"
         where = f" at {called[0]}:{called[1]}" if called else ""
         between = step is None
@@ -312,7 +307,7 @@ class CompileWatcher:
                        message=f"{text}. To fix it: {FALLBACK_FIX}", details=details)
 
     def _graph_break(self, step: int | None, site: GraphBreak) -> Finding | None:
-        if self._torch_code(site.file):
+        if self._frames is not None and self._frames.torch_code(site.file):
             return None  # in torch's own code (DistributedDataParallel's forward): not the user's
         key = (site.file, site.line)
         self._sites[key] = self._sites.get(key, 0) + 1
@@ -328,11 +323,8 @@ class CompileWatcher:
                        details={"file": site.file, "line": site.line, "reason": site.reason,
                                 "hint": site.hint, "breaks_per_step": per_step})
 
-    def _torch_code(self, path: str | None) -> bool:
-        """``path`` is in torch's package or Python's standard library (not in site-packages)."""
-        if not path or not path.startswith(self._torch_dirs):
-            return False
-        return path.startswith(self._library_dirs[:1]) or not path.startswith(_SITE_DIRS)
+    def _user_code(self, path: str) -> bool:
+        return self._frames is None or self._frames.is_user(path)
 
     def explain(self, finding: Finding) -> Finding:
         """A slowdown or stall that coincides with recompiles or a fallback says so."""
@@ -424,19 +416,6 @@ class _DynamoLogHandler(logging.Handler):
             self._watcher.logged(record.getMessage())
         except Exception:  # a profiler never breaks a compile
             pass
-
-
-def _site_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths)
-
-
-_SITE_DIRS = _site_dirs()
-
-
-def _stdlib_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if k in paths)
 
 
 def _seconds(metric: Any) -> float:

@@ -19,10 +19,11 @@ from collections import deque
 
 import pytest
 
+from profcallbacks import SlowdownConfig, StallConfig, StragglerConfig
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes, median
-from profcallbacks.detect.slowdown import SlowdownConfig, SlowdownDetector
-from profcallbacks.detect.stall import StallConfig, StallDetector
-from profcallbacks.detect.straggler import StragglerConfig, StragglerDetector
+from profcallbacks.detect.slowdown import SlowdownDetector
+from profcallbacks.detect.stall import StallDetector
+from profcallbacks.detect.straggler import StragglerDetector
 
 
 def sequence(seed: int, steps: int = 3000) -> list[tuple[float, float]]:

@@ -225,10 +225,6 @@ class ProfilerCallback(TrainerCallback):
         self.session.resume()
 
 
-HFProfilerCallback = ProfilerCallback
-"""The same callback, by a name that says which framework it is for."""
-
-
 class _LatestMetrics:
     """The newest step-time summary, handed once to the Trainer's next log (to ``report_to``)."""
 

@@ -263,7 +263,3 @@ class ProfilerCallback(Callback):
         return any(isinstance(logger, TensorBoardLogger)
                    and Path(logger.log_dir).resolve() == logdir.resolve()
                    for logger in trainer.loggers)
-
-
-LightningProfilerCallback = ProfilerCallback
-"""The same callback, by a name that says which framework it is for."""

@@ -60,7 +60,7 @@ from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 from profcallbacks.options.slowdown import SlowdownConfig
 
-__all__ = ["SlowdownConfig", "SlowdownDetector"]
+__all__ = ["SlowdownDetector"]
 
 log = logging.getLogger(__name__)
 _MAX_BLOCK_STEPS = 20_000  # a block of tiny steps ends here whatever its duration (bounded memory)

@@ -17,7 +17,7 @@ from profcallbacks.detect.loaders import LoaderInfo, restarts_workers, stall_adv
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 from profcallbacks.options.stall import StallConfig
 
-__all__ = ["StallConfig", "StallDetector"]
+__all__ = ["StallDetector"]
 
 
 @dataclass

@@ -37,7 +37,7 @@ from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STRAGGLER, Finding
 from profcallbacks.options.straggler import STRAGGLER_THRESHOLD, StragglerConfig
 
-__all__ = ["STRAGGLER_THRESHOLD", "SlowRank", "StragglerConfig", "StragglerDetector", "slow_ranks"]
+__all__ = ["SlowRank", "StragglerDetector", "slow_ranks"]
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from profcallbacks.options.trace import TraceOptions
 MAX_CAPTURES = 10_000
 """Most capture windows one run may take (each is a trace on disk)."""
 MAX_LOG_EVERY_N_STEPS = 100_000
+"""Most steps per step-time summary: the summary's steps are buffered until then."""
 DEFAULT_LOG_EVERY_N_STEPS = 50
 """Steps per summary when ``log_every_n_steps`` is None and steps are not short."""
-"""Most steps per step-time summary: the summary's steps are buffered until then."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -65,7 +65,8 @@ def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
 
 def default_auditor(config: ProfilerConfig, rank: RankInfo) -> StepAuditor | None:
     """The sync audit of ``config.sync_audit`` (``None`` when it is off)."""
-    from profcallbacks.detect.sync_audit import SyncAuditor, resolve_sync_audit
+    from profcallbacks.detect.sync_audit import SyncAuditor
+    from profcallbacks.options.sync_audit import resolve_sync_audit
 
     audit = resolve_sync_audit(config.sync_audit)
     return SyncAuditor(audit, rank.rank) if audit is not None else None

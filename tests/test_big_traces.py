@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report import stream as stream_module
-from profcallbacks.report import traces as traces_module
-from profcallbacks.report.decode import load_trace
-from profcallbacks.report.reading import ReadError
-from profcallbacks.report.stream import stream_trace
-from profcallbacks.report.traces import summarise
+from profcallbacks.report.read import stream as stream_module
+from profcallbacks.report.read import traces as traces_module
+from profcallbacks.report.read.decode import load_trace
+from profcallbacks.report.read.files import ReadError
+from profcallbacks.report.read.stream import stream_trace
+from profcallbacks.report.read.traces import summarise
 
 DATA = Path(__file__).parent / "data"
 

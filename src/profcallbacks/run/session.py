@@ -39,7 +39,7 @@ from profcallbacks.run.sinks import MetricsSink
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-LIVE_ANALYSIS = "profcallbacks.report.live:capture_findings"
+LIVE_ANALYSIS = "profcallbacks.report.capture_findings:capture_findings"
 """Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
 _finding_step = attrgetter("step")
 

@@ -16,9 +16,9 @@ from profcallbacks.capture.budget import CaptureBudget
 from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
 from profcallbacks.capture.planner import CapturePlanner, Window
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
 from profcallbacks.capture.trace_writer import remove_raw
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.core.triggers import FILE, CaptureRequest

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.capture.pieces import stitch
-from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.capture.postprocess import postprocess
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (

@@ -13,6 +13,7 @@ from operator import attrgetter, sub
 from pathlib import Path
 
 from profcallbacks.capture.controller import CaptureController
+from profcallbacks.capture.trace_writer import CaptureHook
 from profcallbacks.core import reruns
 from profcallbacks.core.device_timing import DeviceStepTimer
 from profcallbacks.core.ranks import RankInfo
@@ -49,8 +50,18 @@ from profcallbacks.run.sinks import MetricsSink, StepsFile, SummaryPublisher, Te
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-LIVE_ANALYSIS = "profcallbacks.report.capture_findings:capture_findings"
-"""Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
+
+
+def live_analysis() -> CaptureHook:
+    """The analysis the export helper runs on each published capture (``capture_verdict``,
+    ``slowdown_diagnosis``), imported when a session starts: a broken install stops it there."""
+    try:
+        from profcallbacks.report.capture_findings import capture_findings
+    except ImportError as exc:
+        raise ImportError(f"profcallbacks: the live capture analysis cannot be imported ({exc}); "
+                          "reinstall profcallbacks (pip install --force-reinstall profcallbacks)") from exc
+    return capture_findings
+
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
 _finding_step = attrgetter("step")
@@ -95,7 +106,7 @@ class ProfilingSession:
         # (front ends pass it on ranks other than the world's first, so only one process prints)
         self._router = FindingRouter(([log_finding] if log_findings else [])
                                      + ([on_finding] if on_finding else []))
-        self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
+        self._captures = CaptureController(config, self.logdir, self.rank, analysis=live_analysis())
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
         self._participants = self._own_participants(start_step, auditor)
         self._hooks: dict[str, list[Participant]] = {}

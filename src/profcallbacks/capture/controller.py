@@ -17,7 +17,7 @@ from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
 from profcallbacks.capture.planner import CapturePlanner, Window
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
-from profcallbacks.capture.trace_writer import remove_raw
+from profcallbacks.capture.trace_writer import CaptureHook, remove_raw
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
@@ -50,9 +50,9 @@ class CaptureController:
     """
 
     def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
-                 analysis: str | None = None) -> None:
+                 analysis: CaptureHook | None = None) -> None:
         self._config = config
-        self._analysis = analysis  # "module:function" run on each published capture, or None
+        self._analysis = analysis  # run by the export helper on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib
 import json
 import logging
 import os
@@ -288,19 +287,6 @@ def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
         os.replace(raw, file, dst_dir_fd=final_fd)
     remove_raw(raw)
     return final
-
-
-def load_hook(spec: str | None) -> CaptureHook | None:
-    """The capture analysis named ``spec`` (``"module:function"``, given by whoever starts the
-    exporter), where installed; ``None`` for none."""
-    if spec is None:
-        return None
-    module, _, name = spec.partition(":")
-    try:
-        hook: Any = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-    return hook
 
 
 def publish_stage(logdir: Path, name: str) -> Path | None:

@@ -97,6 +97,7 @@ class ProfilingSession:
                                      + ([on_finding] if on_finding else []))
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
+        self._captures.run_findings = lambda: self._router.findings  # each capture's track
         self._participants = self._own_participants(start_step, auditor)
         self._hooks: dict[str, list[Participant]] = {}
         self._audit = next((p for p in self._participants if isinstance(p, StepAudit)), None)

@@ -22,7 +22,8 @@ _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _STEP = "ProfilerStep#"
 HOST_ONLY_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event",
-                            "Trace", "fwdbwd", "Python", "Operator", "python_function_call"})
+                            "Trace", "fwdbwd", "Python", "Operator", "python_function_call",
+                            "profcallbacks_finding"})  # findings_track.TRACK_CATEGORY
 """Categories a trace without any accelerator activity holds (anything else is a device's)."""
 _ARCH = (("hopper", 9, 0), ("sm90", 9, 0), ("ampere", 8, 0), ("sm80", 8, 0), ("sm86", 8, 6),
          ("turing", 7, 5), ("sm75", 7, 5), ("volta", 7, 0), ("sm70", 7, 0))

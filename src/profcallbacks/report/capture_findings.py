@@ -22,7 +22,7 @@ from profcallbacks.report.analyse.captures import analyse_events, pool
 from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run, trace_expert
 from profcallbacks.report.analyse.growth import describe, growth_pattern
 from profcallbacks.report.analyse.verdict import decide, label
-from profcallbacks.report.read.decode import Trace, load_trace, slim
+from profcallbacks.report.read.decode import Trace, decode_trace, load_trace, slim
 from profcallbacks.report.read.traces import summarise
 
 TOP_CHANGES = 8
@@ -51,12 +51,12 @@ def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
 
 
-def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
+def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInfo,
                      history: list[dict[str, Any]]) -> list[Finding]:
     """Findings about one exported capture; appends its profile to ``history``.
 
     Args:
-        trace_file: The capture's trace (a path, or the trace already parsed).
+        trace_file: The capture's trace (a path, its JSON, or the trace already parsed).
         info: The capture window (name, trigger, steps, rank).
         history: Profiles of this run's earlier captures (``capture_profile``), oldest first.
 
@@ -70,6 +70,8 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     with paused:
         if isinstance(trace_file, dict):
             trace = slim(trace_file, Path(info.name))
+        elif isinstance(trace_file, bytes):
+            trace = decode_trace(trace_file, Path(info.name))
         else:
             trace = load_trace(trace_file)
         if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):

@@ -77,6 +77,7 @@ class ProfilingSession(StepBuffer):
                                metrics_sinks=metrics_sinks, processors=[LateMark(lambda: self.step)])
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=live_analysis())
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
+        self._captures.run_findings = lambda: self._out.findings  # each capture's track
         self._participants = Participants(own_participants(
             config, self._captures, self.logdir, self.rank, start_step=start_step, auditor=auditor))
         self._audit = next((p for p in self._participants.members if isinstance(p, StepAudit)),

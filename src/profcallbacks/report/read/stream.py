@@ -27,7 +27,7 @@ from profcallbacks.core.trace_names import (
     normal_category,
 )
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import ReadError, open_regular
+from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
@@ -116,6 +116,9 @@ def stream_trace(path: Path, *, max_events: int | None = None,
                 read += len(chunk)
                 if read > max_bytes:
                     raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
+                if stream is not raw and read > RATIO_FLOOR and read > raw.tell() * MAX_GZIP_RATIO:
+                    raise ReadError(path, f"more than {MAX_GZIP_RATIO}x its size on disk once "
+                                          "gunzipped (a gzip bomb?); not read")
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from profcallbacks.report.live import capture_findings
 
 from helpers import capture_dirs, trace_files
 from profcallbacks import Schedule, StepProfiler
@@ -18,7 +19,6 @@ from profcallbacks.core.triggers import BASELINE, SLOWDOWN
 from profcallbacks.findings import SLOWDOWN_DIAGNOSIS
 from profcallbacks.report.build import build_report, locate_run
 from profcallbacks.report.compare import ALL_OPERATORS, compare_reports
-from profcallbacks.report.live import capture_findings
 
 WINDOWS = Schedule(skip_first=2, wait=3, warmup=1, active=3, repeat=2)  # steps 6-8 and 13-15
 

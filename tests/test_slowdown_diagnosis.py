@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from profcallbacks.report.live import capture_findings
+from profcallbacks.report.capture_findings import capture_findings
 
 from helpers import capture_dirs, trace_files
 from profcallbacks import Schedule, StepProfiler

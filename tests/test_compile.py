@@ -169,31 +169,53 @@ def test_every_front_end_reports_recompiles_and_the_fallback(tmp_path: Path,
 
 
 def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> None:
-    """Longer inputs from step 40: the step recompiles and every step after it is slower."""
+    """Longer inputs from a step past 40: the step recompiles and every step after it is slower.
+
+    At any machine speed: the longer inputs' cost is sized on the step time measured before them
+    (8x, well past the 2x threshold), they begin once no slowdown of the machine's own is going
+    on, and the run ends once the slowdown after them is alerted (a time limit only as a guard).
+    """
     import time
+    from statistics import median
 
     from profcallbacks import SlowdownConfig
-    from profcallbacks.findings import STEP_SLOWDOWN
+    from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
     slowdown = SlowdownConfig(threshold=2.0, warmup_steps=5, baseline_steps=10, baseline_block_s=0.0,
                               baseline_blocks=2, min_steps=10, min_duration_s=0.05)
-    prof = StepProfiler(tmp_path, **{**QUIET, "slowdown": slowdown, "capture_on_slowdown": False})
+    seen: list[Finding] = []
+    prof = StepProfiler(tmp_path, **{**QUIET, "slowdown": slowdown, "capture_on_slowdown": False},
+                        on_finding=seen.append)
+    states = (STEP_SLOWDOWN, STEP_SPEED_RECOVERED, STEP_BASELINE_RESET)
+    ends: list[float] = []
+    switch: int | None = None
+    cost_s = 0.002
+    deadline = time.monotonic() + 300
     with prof:
-        for step in range(80):
-            length = 4 if step < 40 else 64
+        step = 0
+        while not any(f.kind == STEP_SLOWDOWN and f.step >= (switch or 10**9) for f in seen):
+            assert time.monotonic() < deadline, [f.message for f in seen]
+            length = 4 if switch is None else 64
             model(torch.randn(2, length, 8)).sum().backward()
-            time.sleep(0.002 if length == 4 else 0.008)  # the longer inputs' real cost
+            time.sleep(cost_s)  # the inputs' real cost
             prof.step()
-    early = [f for f in kinds(prof.findings, STEP_SLOWDOWN) if f.step < 40]  # a loaded machine
+            ends.append(time.perf_counter())
+            step += 1
+            alerted = [f.kind for f in seen if f.kind in states][-1:] == [STEP_SLOWDOWN]
+            if switch is None and step >= 40 and not alerted:
+                switch = step  # the longer inputs from here on
+                cost_s = 8 * median(b - a for a, b in zip(ends[-11:], ends[-10:], strict=False))
+    assert switch is not None
+    early = [f for f in kinds(prof.findings, STEP_SLOWDOWN) if f.step < switch]  # a loaded machine
     assert not any("torch.compile" in f.message for f in early)
-    slow = [f for f in kinds(prof.findings, STEP_SLOWDOWN) if f.step >= 40]
+    slow = [f for f in kinds(prof.findings, STEP_SLOWDOWN) if f.step >= switch]
     assert len(slow) == 1, [f.message for f in prof.findings]
-    assert "step 40 recompiled forward()" in slow[0].message
+    assert f"step {switch} recompiled forward()" in slow[0].message
     assert "because x.size(1) changed 4 -> 64" in slow[0].message
-    assert [e["step"] for e in slow[0].details["compile_events"]] == [40]
+    assert [e["step"] for e in slow[0].details["compile_events"]] == [switch]
     compiling = [row for row in rows(tmp_path) if row.get("compile_ms")]
-    assert [(row["first_step"], row["steps_excluded"]) for row in compiling] == [(0, 1), (40, 1)]
+    assert [(row["first_step"], row["steps_excluded"]) for row in compiling] == [(0, 1), (switch, 1)]
 
 
 def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:

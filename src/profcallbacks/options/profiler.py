@@ -55,7 +55,7 @@ class ProfilerConfig:
             when no capture was taken yet, so a later slowdown capture gets a
             ``slowdown_diagnosis`` against it. Counts towards ``max_captures``.
         budget: Bytes a capture and the log directory may take on disk, and the merged trace
-            of all ranks (``None``: no bound, no merge). See docs/traces.md.
+            of all ranks (``None``: no bound, no merge). See docs/get-started/trace-budgets.md.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures

@@ -1,4 +1,4 @@
-"""Builds the report of one run: a plain dict with the schema of docs/report-schema.md."""
+"""Builds the report of one run: a plain dict with the schema of docs/reference/report-schema.md."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def locate_run(path: Path) -> RunFiles:
 
 
 def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
-    """Reads every file of ``run`` and returns the report (see docs/report-schema.md).
+    """Reads every file of ``run`` and returns the report (see docs/reference/report-schema.md).
 
     ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -22,6 +22,42 @@ from profcallbacks.run.session import ProfilingSession
 from profcallbacks.run.sinks import MetricsSink
 
 T = TypeVar("T")
+
+
+class Batches(Iterator[T]):
+    """The items of a wrapped iterable, each fetch timed (what :meth:`StepProfiler.wrap` returns).
+
+    Example:
+        >>> batches = Batches(iter([1, 2]))
+        >>> next(batches), list(batches)
+        (1, [2])
+    """
+
+    def __init__(self, items: Iterator[T]) -> None:
+        self._items = items
+
+    def __iter__(self) -> Batches[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+
+class SizedBatches(Batches[T]):
+    """:class:`Batches` of an iterable with a length: ``len()`` is the iterable's.
+
+    Example:
+        >>> batches = SizedBatches(iter([1, 2]), [1, 2])
+        >>> len(batches), list(batches)
+        (2, [1, 2])
+    """
+
+    def __init__(self, items: Iterator[T], source: Sized) -> None:
+        super().__init__(items)
+        self._source = source
+
+    def __len__(self) -> int:
+        return len(self._source)
 
 
 class StepProfiler:
@@ -89,13 +125,20 @@ class StepProfiler:
         if isinstance(self._metrics_sink, RunLog):
             close_quietly(self._metrics_sink)
 
-    def wrap(self, iterable: Iterable[T]) -> Iterator[T]:
+    def wrap(self, iterable: Iterable[T]) -> Batches[T]:
         """Yields from ``iterable``, timing how long each item took to arrive.
 
+        The wrap iterates once, as a generator does, and has ``len(iterable)`` when ``iterable``
+        has a length: code that asks the loader's length (torchvision's
+        ``MetricLogger.log_every(prof.wrap(loader), ...)``) takes the wrap where the loader was.
         Inside a recording capture window each fetch is also marked in the trace as
         ``enumerate(DataLoader)#<type>.__next__``, so the traced breakdown and the step timing
         agree on data wait for any iterable (e.g. ``iter(get_batch, None)``), not only DataLoaders.
         """
+        items = self._timed(iterable)
+        return SizedBatches(items, iterable) if isinstance(iterable, Sized) else Batches(items)
+
+    def _timed(self, iterable: Iterable[T]) -> Iterator[T]:
         self.session.set_loader(iterable)
         clock, session = time.perf_counter, self.session
         # marked like DataLoader's own fetches, so traces count them as data wait too

@@ -34,9 +34,14 @@ from profcallbacks.detect.frames import CallerFrames, location
 from profcallbacks.options.sync_audit import LIBRARIES
 
 _aten = torch.ops.aten
-_SCALAR = {_aten._local_scalar_dense.default: "item", _aten.is_nonzero.default: "bool(tensor)",
-           _aten.equal.default: "torch.equal"}
-_DATA_DEPENDENT = {_aten.nonzero.default: "nonzero", _aten.masked_select.default: "masked_select",
+# inference tensors (``torch.inference_mode``) skip the autograd key where composite ops are
+# decomposed: their ``.item()``, ``torch.where(mask)``, ... reach the mode undecomposed
+_SCALAR = {_aten._local_scalar_dense.default: "item", _aten.item.default: "item",
+           _aten.is_nonzero.default: "bool(tensor)", _aten.equal.default: "torch.equal",
+           _aten.allclose.default: "torch.allclose"}
+_DATA_DEPENDENT = {_aten.nonzero.default: "nonzero", _aten.nonzero_numpy.default: "nonzero",
+                   _aten.where.default: "nonzero", _aten.argwhere.default: "nonzero",
+                   _aten.masked_select.default: "masked_select",
                    _aten._unique2.default: "unique", _aten.unique_dim.default: "unique",
                    _aten.unique_consecutive.default: "unique_consecutive",
                    _aten.repeat_interleave.Tensor: "repeat_interleave"}

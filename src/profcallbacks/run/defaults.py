@@ -11,7 +11,19 @@ from profcallbacks.detect.base import Detector, Participant, StepAuditor
 
 if TYPE_CHECKING:
     from profcallbacks.capture.controller import CaptureController
+    from profcallbacks.capture.trace_writer import CaptureHook
     from profcallbacks.options.profiler import ProfilerConfig
+
+
+def live_analysis() -> CaptureHook:
+    """The analysis the export helper runs on each published capture (``capture_verdict``,
+    ``slowdown_diagnosis``), imported when a session starts: a broken install stops it there."""
+    try:
+        from profcallbacks.report.capture_findings import capture_findings
+    except ImportError as exc:
+        raise ImportError(f"profcallbacks: the live capture analysis cannot be imported ({exc}); "
+                          "reinstall profcallbacks (pip install --force-reinstall profcallbacks)") from exc
+    return capture_findings
 
 
 def own_participants(config: ProfilerConfig, captures: CaptureController, logdir: Path,

@@ -29,7 +29,7 @@ from profcallbacks.findings import Finding, FindingHandler, log_finding
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.blocks import NO_WAITS, StepBuffer, block_period_s, next_block_len
-from profcallbacks.run.defaults import default_detectors, own_participants
+from profcallbacks.run.defaults import default_detectors, live_analysis, own_participants
 from profcallbacks.run.dispatch import Participants
 from profcallbacks.run.logdir import prepare_logdir
 from profcallbacks.run.outputs import LateMark, RunOutputs
@@ -39,8 +39,6 @@ from profcallbacks.run.sinks import MetricsSink
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-LIVE_ANALYSIS = "profcallbacks.report.capture_findings:capture_findings"
-"""Run by the export helper on each published capture: ``capture_verdict``, ``slowdown_diagnosis``."""
 _finding_step = attrgetter("step")
 
 
@@ -77,8 +75,9 @@ class ProfilingSession(StepBuffer):
                                handlers=([log_finding] if log_findings else [])
                                + ([on_finding] if on_finding else []),
                                metrics_sinks=metrics_sinks, processors=[LateMark(lambda: self.step)])
-        self._captures = CaptureController(config, self.logdir, self.rank, analysis=LIVE_ANALYSIS)
+        self._captures = CaptureController(config, self.logdir, self.rank, analysis=live_analysis())
         self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
+        self._captures.run_findings = lambda: self._out.findings  # each capture's track
         self._participants = Participants(own_participants(
             config, self._captures, self.logdir, self.rank, start_step=start_step, auditor=auditor))
         self._audit = next((p for p in self._participants.members if isinstance(p, StepAudit)),

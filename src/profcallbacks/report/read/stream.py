@@ -5,9 +5,10 @@ for its events. Here the file is gunzipped 4 MiB at a time, cut between two even
 ``traceEvents`` array (``}``, ``,`` and ``{`` with only blanks between; a cut that falls inside
 an event is refused by the decoder and an earlier one is taken), and each piece is decoded into
 the report's slim records. Only complete events (``"ph": "X"``) are kept, Python-frame events
-(``with_stack``) only where the report reads them (step, loader, optimizer and collective
-markers), and names are interned, so memory grows with the events the report reads, at about
-``BYTES_PER_EVENT``, never with the file. A trace with more than ``max_events`` of those is
+(``with_stack``) in a compact table until the end, when those around a runtime call (the only
+ones the report reads besides step, loader, optimizer and collective markers) become records
+(``frames.py``), and names are interned, so memory grows with the events the report reads, at
+about ``BYTES_PER_EVENT``, never with the file. A trace with more than ``max_events`` of those is
 beyond what the report reads: it says so and by how much, instead of running out of memory.
 """
 
@@ -19,19 +20,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.core.trace_names import MARKED_PREFIXES, PYTHON_FUNCTION
+from profcallbacks.core.trace_names import (
+    MARKED_PREFIXES,
+    PYTHON_FUNCTION,
+    RUNTIME_CATEGORIES,
+    normal_category,
+)
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import ReadError, open_regular
+from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
+from profcallbacks.report.read.frames import FrameTable
 
-STREAM_MIN_BYTES = 64 << 20
-"""Files at least this large on disk (~1 GB of JSON once gunzipped) are read in pieces."""
 MAX_STREAM_EVENTS = 10_000_000
 """Most events the report keeps from one trace (about 4 GB of memory)."""
 BYTES_PER_EVENT = 400
 """Memory one kept event takes, about (its record, two floats; names are shared)."""
 MAX_STREAM_BYTES = 64 << 30
 """Most bytes read from one trace once gunzipped (64 GiB); a gzip bomb stops here."""
-_CHUNK = 4 << 20
+_CHUNK = 2 << 20
 """Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
 before those the report does not read are let go."""
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -47,6 +52,7 @@ class _Kept:
         self.path, self.max_events = path, max_events
         self.events: list[Any] = []
         self.dropped = 0
+        self.frames = FrameTable()
 
     def add(self, batch: list[Any]) -> None:
         intern = sys.intern
@@ -58,8 +64,11 @@ class _Kept:
                 name = event.name
                 if type(name) is str:
                     if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
+                        self.frames.add(event)
                         continue
                     event.name = intern(name)
+                    if normal_category(event.cat) in RUNTIME_CATEGORIES:
+                        self.frames.call(event)
                 cat = event.cat
                 if type(cat) is str:
                     event.cat = intern(cat)
@@ -107,6 +116,9 @@ def stream_trace(path: Path, *, max_events: int | None = None,
                 read += len(chunk)
                 if read > max_bytes:
                     raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
+                if stream is not raw and read > RATIO_FLOOR and read > raw.tell() * MAX_GZIP_RATIO:
+                    raise ReadError(path, f"more than {MAX_GZIP_RATIO}x its size on disk once "
+                                          "gunzipped (a gzip bomb?); not read")
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)
@@ -116,7 +128,8 @@ def stream_trace(path: Path, *, max_events: int | None = None,
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     return Trace(traceEvents=kept.events, profcallbacks=blocks.get("profcallbacks"),
-                 distributedInfo=blocks.get("distributedInfo"))
+                 distributedInfo=blocks.get("distributedInfo"),
+                 deviceProperties=blocks.get("deviceProperties"))
 
 
 def _take_pieces(buf: bytearray, kept: _Kept) -> None:
@@ -147,6 +160,7 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
         batch = decode_events(body) if body else []
         if batch is not None and isinstance(blocks, dict):
             kept.add(batch)
+            kept.events += kept.frames.around_calls()
             return blocks
     raise ReadError(path, "not a complete Chrome trace (its traceEvents array never ends; "
                           "truncated?)")

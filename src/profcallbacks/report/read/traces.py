@@ -31,11 +31,11 @@ from profcallbacks.report.analyse.captures import analyse_events
 from profcallbacks.report.analyse.compile import COMPILED_PREFIXES
 from profcallbacks.report.analyse.expert import trace_expert
 from profcallbacks.report.model.intervals import covered, merge, subtract
-from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, load_trace
+from profcallbacks.report.read.decode import MISSING, Args, Event, Trace
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.generations import TraceFormat, normalise
-from profcallbacks.report.read.stream import STREAM_MIN_BYTES, stream_trace
+from profcallbacks.report.read.stream import stream_trace
 
 _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
@@ -71,7 +71,7 @@ def summarise_file(path: Path) -> TraceSummary:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = stream_trace(path) if _disk_bytes(path) >= STREAM_MIN_BYTES else load_trace(path)
+        trace = stream_trace(path)
         try:
             summary = summarise(trace, path)
         except (ReadError, MemoryError):

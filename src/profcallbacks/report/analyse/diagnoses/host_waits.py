@@ -24,9 +24,9 @@ back.
 
 from __future__ import annotations
 
-from profcallbacks.report.analyse.diagnoses.context import enclosing_frame
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms, op_path
 from profcallbacks.report.model.intervals import merge, subtract
+from profcallbacks.report.read.capture_model import enclosing_frame
 from profcallbacks.report.read.generations import LOADER_PREFIXES
 
 MIN_KERNELS = 100

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
-from profcallbacks.report.analyse.diagnoses.context import build_capture
 from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
 from profcallbacks.report.analyse.diagnoses.host_waits import launch_bound, sync_in_step
 from profcallbacks.report.analyse.diagnoses.loader import input_pipeline
@@ -19,6 +18,7 @@ from profcallbacks.report.analyse.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU
 from profcallbacks.report.analyse.diagnoses.optimizer import grad_accumulation_sync, unfused_optimizer
 from profcallbacks.report.analyse.diagnoses.precision import fp32_compute
 from profcallbacks.report.analyse.diagnoses.startup import cold_start
+from profcallbacks.report.read.capture_model import build_capture
 
 log = logging.getLogger(__name__)
 Rule = Callable[[Capture], Diagnosis | None]

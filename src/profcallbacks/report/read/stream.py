@@ -15,6 +15,7 @@ beyond what the report reads: it says so and by how much, instead of running out
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ from profcallbacks.core.trace_names import (
     normal_category,
 )
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import ReadError, open_regular
+from profcallbacks.report.read.files import _RATIO_FLOOR as RATIO_FLOOR
+from profcallbacks.report.read.files import MAX_GZIP_RATIO, ReadError, open_regular
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
@@ -94,17 +96,25 @@ def stream_trace(path: Path, *, max_events: int | None = None,
     import gzip
     import zlib
 
-    fd, _ = open_regular(path)
+    fd, size = open_regular(path)
+    gz = path.suffix == ".gz"
+    if size == 0:
+        os.close(fd)
+        raise ReadError(path, "empty file")
+    if gz:  # a gzip bomb stops here, as in read_bytes
+        max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
     kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
     read = 0
     try:
         with open(fd, "rb") as raw:
-            stream: Any = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+            stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
             buf = bytearray()
             match = None
             while match is None:
                 chunk = stream.read(_CHUNK)
                 read += len(chunk)
+                if not chunk and not buf.strip():
+                    raise ReadError(path, "empty file" + (" (after gunzip)" if gz else ""))
                 if not chunk or len(buf) > _HEAD_LIMIT:
                     raise ReadError(path, "not a Chrome trace (no traceEvents array)")
                 buf += chunk
@@ -115,13 +125,19 @@ def stream_trace(path: Path, *, max_events: int | None = None,
             while chunk := stream.read(_CHUNK):
                 read += len(chunk)
                 if read > max_bytes:
-                    raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
+                    raise ReadError(path, f"more than {max_bytes >> 20} MiB" + (
+                        f" once gunzipped ({size} bytes on disk: a gzip bomb?)" if gz else "")
+                        + "; not read")
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        raise ReadError(path, "truncated or corrupt gzip file (was the job killed while writing "
-                              "it?)") from None
+    except EOFError:
+        raise ReadError(path, "truncated gzip file (it ends before its compressed stream does; "
+                              "was the job killed while writing it?)") from None
+    except gzip.BadGzipFile:
+        raise ReadError(path, "not a gzip file, although its name ends in .gz") from None
+    except zlib.error as exc:
+        raise ReadError(path, f"corrupt gzip data ({exc})") from None
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     return Trace(traceEvents=kept.events, profcallbacks=blocks.get("profcallbacks"),
@@ -159,8 +175,8 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
             kept.add(batch)
             kept.events += kept.frames.around_calls()
             return blocks
-    raise ReadError(path, "not a complete Chrome trace (its traceEvents array never ends; "
-                          "truncated?)")
+    raise ReadError(path, "invalid JSON: not a complete Chrome trace (its traceEvents array "
+                          "never ends; truncated?)")
 
 
 __all__ = ["MISSING", "stream_trace"]

@@ -12,8 +12,8 @@ import pytest
 from profcallbacks import ProfilerConfig, ProfilingSession, Schedule
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import StepRecord
+from profcallbacks.run.blocks import BLOCK_S, BLOCK_STEPS
 from profcallbacks.run.defaults import default_detectors
-from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.testing import FakeClock, StepRecorder
 
 

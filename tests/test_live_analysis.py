@@ -9,7 +9,7 @@ import pytest
 
 from profcallbacks import ProfilerConfig, ProfilingSession
 from profcallbacks.report.capture_findings import capture_findings
-from profcallbacks.run.session import live_analysis
+from profcallbacks.run.defaults import live_analysis
 
 MODULE = "profcallbacks.report.capture_findings"
 

@@ -141,7 +141,8 @@ def test_categories_it_cannot_read_are_named_once(tmp_path):
     text = render_text(report)
     assert "could not be read" not in text.split("Files that")[0]
     assert "no trace could be read" not in text and "1 trace(s) read" in text
-    assert report["verdict"] is None and text.startswith("Verdict: none (1 trace(s) read")
+    assert report["verdict"] is None and text.splitlines()[3].startswith(
+        "Verdict: none (1 trace(s) read")
 
 
 class SlowDataset(Dataset):

@@ -116,7 +116,8 @@ def test_foreign_directory_of_traces_is_one_capture_per_directory(tmp_path, caps
 def test_single_trace_file_and_verdict_first_in_text(capsys):
     assert main(["report", str(trace_path("alexnet_critical_path"))]) == 0
     text = capsys.readouterr().out
-    assert text.splitlines()[0].startswith("Verdict: HOST_BOUND")
+    lines = text.splitlines()  # the header, then the verdict
+    assert lines[0].startswith("profcallbacks report: ") and lines[3].startswith("Verdict: HOST_BOUND")
     assert "GPU alexnet_critical_path.pt.trace.json.gz: idle 99.5%" in text
 
 

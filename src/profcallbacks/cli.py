@@ -169,6 +169,10 @@ def _report(args: argparse.Namespace) -> int:
     report = _load(args.logdir, args.top, args.peak_tflops)
     if report is None:
         return 2
+    if not report["readable"] and args.format != "json":  # a blank report would say nothing
+        print(f"profcallbacks: no report: nothing in {args.logdir} could be read (the reasons "
+              "are above)", file=sys.stderr)
+        return 1
     if args.format == "json":
         text = dumps_strict(report, indent=2) + "\n"  # NaN/Infinity as null: strict JSON
     elif args.format == "html":

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.published import AfterPublish
 from profcallbacks.capture.trace_writer import (
     CaptureHook,
@@ -34,6 +33,7 @@ from profcallbacks.capture.trace_writer import (
     remove_raw,
     rescue_raw,
 )
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 from profcallbacks.options.budget import ByteBudget

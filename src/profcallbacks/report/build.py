@@ -22,7 +22,7 @@ from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with
 from profcallbacks.report.analyse.memory import memory_report
 from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
-from profcallbacks.report.read.files import ReadError, read_jsonl
+from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.read.restarts import split_runs
@@ -57,8 +57,7 @@ def locate_run(path: Path) -> RunFiles:
         if foreign is not None:
             return foreign
         if not path.is_dir():
-            raise NoRunError(f"{path}: not a Chrome trace (a .json or .json.gz file with "
-                             "traceEvents) and not a directory")
+            raise NoRunError(f"{path}: {why_not_a_trace(path)}")
         raise NoRunError(f"{path}: no profcallbacks run here and no torch.profiler traces (no "
                          "capture directories such as step000120-schedule/, no "
                          "profcallbacks/rank*.jsonl files, no *.json(.gz) traces)")

@@ -22,11 +22,18 @@ from profcallbacks.report.analyse.captures import analyse_trace, pool
 from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run
 from profcallbacks.report.analyse.growth import describe, growth_pattern
 from profcallbacks.report.analyse.verdict import decide, label
-from profcallbacks.report.read.traces import TraceModel, read_parsed_trace, read_trace_file
+from profcallbacks.report.read.traces import (
+    TraceModel,
+    read_parsed_trace,
+    read_trace_bytes,
+    read_trace_file,
+)
 
 TOP_CHANGES = 8
 MIN_DELTA_MS = 0.01
 """Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
+NOT_SLOWER = 1.05
+"""A slowdown capture whose step is at most this factor of its baseline's holds no slowdown."""
 
 
 def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
@@ -50,18 +57,19 @@ def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None =
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
 
 
-def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
+def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInfo,
                      history: list[dict[str, Any]]) -> list[Finding]:
     """Findings about one exported capture; appends its profile to ``history``.
 
     Args:
-        trace_file: The capture's trace (a path, or the trace already parsed).
+        trace_file: The capture's trace (a path, its JSON, or the trace already parsed).
         info: The capture window (name, trigger, steps, rank).
         history: Profiles of this run's earlier captures (``capture_profile``), oldest first.
 
     Returns:
         ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
-        ``slowdown_diagnosis`` (warning): what grew per step, largest first.
+        ``slowdown_diagnosis``: what grew per step, largest first (warning), or, when the
+        slowdown capture's steps were not slower than the healthy capture's, that (info).
     """
     # The collector is paused (3x faster parsing) only on a main thread: in the helper process.
     # On the thread fallback it would pause the training process's collector.
@@ -69,6 +77,8 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
     with paused:
         if isinstance(trace_file, dict):
             model = read_parsed_trace(trace_file, Path(info.name))
+        elif isinstance(trace_file, bytes):
+            model = read_trace_bytes(trace_file, Path(info.name))
         else:
             model = read_trace_file(trace_file)
         if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
@@ -95,25 +105,40 @@ def capture_findings(trace_file: Path | dict[str, Any], info: CaptureInfo,
                 if isinstance(trace_file, Path) else {})}))
     healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
     if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
-        before = healthy[-1]
-        changes = diagnose(before, profile)
-        if changes:
-            top = changes[0]
-            growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
-                                    {**before["cpu_ops"], **before["gpu_ops"]},
-                                    {**profile["cpu_ops"], **profile["gpu_ops"]})
-            clause = describe(growth)
-            findings.append(Finding(
-                SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
-                f"step {before['metrics']['step_ms']:.2f} -> {profile['metrics']['step_ms']:.2f} ms "
-                f"since capture {before['name']}; " + (f"{clause}; " if clause else "")
-                + f"grew most: {top['what']} {top['before_ms']:.2f} -> {top['after_ms']:.2f} ms "
-                "per step",
-                {"changes": changes, "before": before["name"], "after": info.name,
-                 "before_verdict": before["verdict"], "after_verdict": verdict,
-                 "growth": growth}))
+        findings += _slowdown_diagnosis(healthy[-1], profile, info, step, verdict)
     history.append(profile)
     return findings
+
+
+def _slowdown_diagnosis(before: dict[str, Any], profile: dict[str, Any], info: CaptureInfo,
+                        step: int, verdict: dict[str, Any] | None) -> list[Finding]:
+    """What grew from the healthy capture ``before`` to the slowdown capture ``profile``; when the
+    slow capture's steps were not slower, that, and no operator blamed."""
+    before_ms, after_ms = before["metrics"]["step_ms"], profile["metrics"]["step_ms"]
+    head = f"step {before_ms:.2f} -> {after_ms:.2f} ms since capture {before['name']}; "
+    growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
+                            {**before["cpu_ops"], **before["gpu_ops"]},
+                            {**profile["cpu_ops"], **profile["gpu_ops"]})
+    details: dict[str, Any] = {"before": before["name"], "after": info.name,
+                               "before_step_ms": before_ms, "after_step_ms": after_ms,
+                               "before_verdict": before["verdict"], "after_verdict": verdict,
+                               "growth": growth}
+    if after_ms <= NOT_SLOWER * before_ms:
+        return [Finding(
+            SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "info",
+            head + "the captured steps were not slower than the baseline capture's, so the capture "
+            "holds no slowdown to explain: it passed before the capture, or the baseline was "
+            "taken while the machine was slow (other jobs, throttling); no operator is blamed",
+            {**details, "changes": [], "slower": False})]
+    changes = diagnose(before, profile)
+    if not changes:
+        return []
+    top, clause = changes[0], describe(growth)
+    return [Finding(
+        SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
+        head + (f"{clause}; " if clause else "")
+        + f"grew most: {top['what']} {top['before_ms']:.2f} -> {top['after_ms']:.2f} ms per step",
+        {**details, "changes": changes, "slower": True})]
 
 
 def _parts(metrics: dict[str, Any]) -> dict[str, float]:

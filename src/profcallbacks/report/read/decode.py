@@ -151,7 +151,15 @@ def load_trace(path: Path) -> Trace:
     Raises:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
-    data = read_bytes(path)
+    return decode_trace(read_bytes(path), path)
+
+
+def decode_trace(data: bytes | bytearray, path: Path) -> Trace:
+    """The ``Trace`` of ``data``, the JSON of a trace (``path`` names it in errors).
+
+    Raises:
+        ReadError: ``data`` is not a Chrome trace.
+    """
     if _decoder is not None:
         try:
             return _decoder.decode(data)

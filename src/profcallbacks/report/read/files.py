@@ -81,7 +81,8 @@ MAX_DECOMPRESSED_BYTES = 4 << 30
 MAX_GZIP_RATIO = 100
 """Most gunzipped bytes per byte on disk, above the first 64 MiB. Chrome traces compress about
 17x; a gzip bomb (zeros, 1000x) is stopped here instead of filling memory."""
-_RATIO_FLOOR = 64 << 20
+RATIO_FLOOR = 64 << 20
+"""Gunzipped bytes read before :data:`MAX_GZIP_RATIO` applies."""
 MAX_JSONL_BYTES = 1 << 30
 """Most bytes read from one steps or findings file (about 80 million steps of summaries)."""
 
@@ -123,7 +124,7 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
         if limit is None:
             limit = MAX_DECOMPRESSED_BYTES
             if gz:
-                limit = min(limit, max(size * MAX_GZIP_RATIO, _RATIO_FLOOR))
+                limit = min(limit, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
         if not gz and size > limit:  # refused before reading a byte of it
             os.close(fd)
             raise ReadError(path, f"{size} bytes, more than the {limit >> 20} MiB read at most; "
@@ -147,10 +148,14 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
     except EOFError:
         raise ReadError(path, "truncated gzip file (it ends before its compressed stream does; "
                               "was the job killed while writing it?)") from None
-    except gzip.BadGzipFile:
-        raise ReadError(path, "not a gzip file, although its name ends in .gz") from None
+    except gzip.BadGzipFile as exc:
+        if str(exc).startswith("Not a gzipped file"):
+            raise ReadError(path, "not a gzip file, although its name ends in .gz") from None
+        raise ReadError(path, f"corrupt gzip data ({exc}): the file was damaged after it was "
+                              "written (a disk or copy error?)") from None
     except zlib.error as exc:
-        raise ReadError(path, f"corrupt gzip data ({exc})") from None
+        raise ReadError(path, f"corrupt gzip data ({exc}): the file was damaged after it was "
+                              "written (a disk or copy error?)") from None
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     if not out[:4096].strip() and not out.strip():  # strip() copies: only when the start is blank
@@ -168,14 +173,45 @@ def parse_json(path: Path, data: bytes | bytearray) -> Any:
     try:
         return _loads(data)
     except ValueError as exc:  # json.JSONDecodeError, orjson.JSONDecodeError, UnicodeDecodeError
-        raise ReadError(path, f"invalid JSON ({exc})") from None
+        raise ReadError(path, invalid_json(exc)) from None
     except RecursionError:
         raise ReadError(path, "invalid JSON (nested too deeply)") from None
+
+
+def invalid_json(exc: ValueError) -> str:
+    """``invalid JSON at line L column C (byte N): why`` for a parser's error.
+
+    Example:
+        >>> try:
+        ...     json.loads("hello")
+        ... except ValueError as exc:
+        ...     invalid_json(exc)
+        'invalid JSON at line 1 column 1 (byte 0): Expecting value'
+    """
+    msg, pos = getattr(exc, "msg", None), getattr(exc, "pos", None)
+    if isinstance(msg, str) and isinstance(pos, int):
+        return (f"invalid JSON at line {getattr(exc, 'lineno', '?')} column "
+                f"{getattr(exc, 'colno', '?')} (byte {pos}): {msg}")
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid JSON at byte {exc.start}: not UTF-8 text"
+    return f"invalid JSON ({exc})"
 
 
 def read_json(path: Path) -> Any:
     """``parse_json(read_bytes(path))``."""
     return parse_json(path, read_bytes(path))
+
+
+def why_not_a_trace(path: Path) -> str:
+    """Why the file ``path`` is no Chrome trace: what reading it says (``invalid JSON at ...``,
+    ``truncated gzip file`` ...), else that it has no ``traceEvents``."""
+    try:
+        data = read_json(path)
+    except ReadError as exc:
+        return exc.reason
+    what = "an object" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+    return (f"not a Chrome trace ({what} without a traceEvents list; a trace is a .json or "
+            ".json.gz file with one)")
 
 
 def as_int(value: Any, default: int = -1) -> int:

@@ -28,8 +28,7 @@ from profcallbacks.core.trace_names import (
     normal_category,
 )
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import _RATIO_FLOOR as RATIO_FLOOR
-from profcallbacks.report.read.files import MAX_GZIP_RATIO, ReadError, open_regular
+from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000

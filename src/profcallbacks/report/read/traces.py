@@ -31,7 +31,7 @@ from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
 from profcallbacks.report.model.capture import Capture
 from profcallbacks.report.model.intervals import covered, merge, subtract
 from profcallbacks.report.read.capture_model import build_capture
-from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, slim
+from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, decode_trace, slim
 from profcallbacks.report.read.events import Scan, scan
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
@@ -105,6 +105,15 @@ def read_parsed_trace(trace: Any, path: Path) -> TraceModel:
         ReadError: ``trace`` is not a Chrome trace, or is malformed beyond reading.
     """
     return trace_model(slim(trace, path), path)
+
+
+def read_trace_bytes(data: bytes | bytearray, path: Path) -> TraceModel:
+    """The ``TraceModel`` of ``data``, a trace's JSON (the export helper's, before it is written).
+
+    Raises:
+        ReadError: ``data`` is not a Chrome trace, or is malformed beyond reading.
+    """
+    return trace_model(decode_trace(data, path), path)
 
 
 def trace_model(trace: Trace, path: Path) -> TraceModel:

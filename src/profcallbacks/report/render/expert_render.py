@@ -48,6 +48,20 @@ def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEX
     return out + [""]
 
 
+def flops_text(flops: float) -> str:
+    """``flops`` with the unit that gives it three digits or fewer.
+
+    Example:
+        >>> flops_text(274432.0), flops_text(4.51e9)
+        ('274 kFLOP', '4.51 GFLOP')
+    """
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            value = flops / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
 def throughput_text(tp: dict[str, Any] | None) -> str | None:
     """One line: steps/s, FLOPs, achieved TFLOP/s and MFU with its denominator."""
     if not tp:
@@ -55,7 +69,10 @@ def throughput_text(tp: dict[str, Any] | None) -> str | None:
     parts = []
     if tp.get("steps_per_s"):
         parts.append(f"{tp['steps_per_s']:.2f} steps/s")
-    if tp.get("achieved_tflops") is not None:
+    if tp.get("achieved_tflops") is not None and not tp.get("device"):  # a CPU trace: no MFU
+        parts.append(f"{flops_text(tp['flops_per_step'])} per step in matrix products, "
+                     f"{flops_text(tp['achieved_tflops'] * 1e12)}/s")
+    elif tp.get("achieved_tflops") is not None:
         parts.append(f"{tp['flops_per_step'] / 1e9:.2f} GFLOP per step, "
                      f"{tp['achieved_tflops']:.3f} TFLOP/s achieved")
         if tp.get("mfu") is not None:

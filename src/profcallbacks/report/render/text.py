@@ -35,8 +35,8 @@ def render_text(report: dict[str, Any]) -> str:
            f"ranks: {', '.join(str(r) for r in report['ranks']) or '-'} "
            f"(world size {report['world_size']})", ""]
     read = [f for c in report["captures"] for f in c["files"] if f.get("readable")]
-    out = _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
-        report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice")) + out
+    out += _verdict_lines(report.get("verdict"), "Verdict", read) + diagnosis_lines(
+        report.get("diagnoses"), said=(report.get("verdict") or {}).get("advice"))
     earlier = report.get("earlier_runs") or []
     if earlier:
         runs = "; ".join(

@@ -23,10 +23,11 @@ from typing import Any
 
 from profcallbacks.core.trace_names import (
     MARKED_PREFIXES,
+    OLD_CATEGORIES,
     PYTHON_FUNCTION,
     RUNTIME_CATEGORIES,
-    normal_category,
 )
+from profcallbacks.report.model.flops import COUNTED
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
 from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
 from profcallbacks.report.read.frames import FrameTable
@@ -40,6 +41,10 @@ MAX_STREAM_BYTES = 64 << 30
 _CHUNK = 2 << 20
 """Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
 before those the report does not read are let go."""
+_RUNTIME_ANY_GENERATION = RUNTIME_CATEGORIES | {c for c, new in OLD_CATEGORIES.items()
+                                                if new in RUNTIME_CATEGORIES}
+_COUNTED = frozenset(COUNTED)
+_NO_SHAPES: Any = _RAW(b"null") if _RAW is not None else None
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEAD_LIMIT = 64 << 20
@@ -67,16 +72,18 @@ class _Kept:
                     if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
                         self.frames.add(event)
                         continue
-                    event.name = intern(name)
-                    if normal_category(event.cat) in RUNTIME_CATEGORIES:
+                    event.name = name = intern(name)
+                    if event.cat in _RUNTIME_ANY_GENERATION:
                         self.frames.call(event)
                 cat = event.cat
                 if type(cat) is str:
                     event.cat = intern(cat)
                 args = event.args
                 if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
-                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()  # keep
-                    # the whole piece alive: copied, the piece is freed
+                    if name in _COUNTED:  # keep the whole piece alive: copied, the piece is freed
+                        args.dims, args.concrete = args.dims.copy(), args.concrete.copy()
+                    else:  # shapes are read only to count an operator's FLOPs
+                        args.dims = args.concrete = _NO_SHAPES
             events.append(event)
         if len(events) > self.max_events:
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "

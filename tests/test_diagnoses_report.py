@@ -44,7 +44,7 @@ def test_alexnet_diagnoses_in_json_text_and_html(tmp_path):
     text = render_text(report)
     verdict_at, diagnoses_at = text.index("Verdict: HOST_BOUND"), text.index("Diagnoses")
     assert verdict_at < diagnoses_at < text.index("profcallbacks report:")
-    assert "this capture is not steady state" in text and "pageable_copy: up to 56.99 ms" in text
+    assert "this capture is not steady state" in text and "pageable_copy: ~56.99 ms" in text
     page = render_html(report)
     assert "id=diagnoses" in page and 'data-kind="fp32_compute"' in page
     assert "id=throughput" in page and "no FLOPs in the trace" in page  # recorded without shapes
@@ -56,7 +56,8 @@ def test_compare_says_which_diagnoses_appeared_and_went(tmp_path):
     changes = compare_reports(a, b)["diagnoses"]
     assert [d["kind"] for d in changes["went"]] == ["input_pipeline"]
     assert [d["kind"] for d in changes["appeared"]] == ["pageable_copy"]
-    assert {d["kind"] for d in changes["changed"]} == {"fp32_compute", "unfused_optimizer"}
+    # SGD per parameter in both, but with the GPU busy under the optimizer foreach saves nothing
+    assert {d["kind"] for d in changes["changed"]} == {"fp32_compute"}
     text = render_compare_text(compare_reports(a, b))
     assert "input_pipeline: went" in text and "pageable_copy: appeared" in text
 

@@ -19,6 +19,7 @@ from profcallbacks.report.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU_SHARE, 
 from profcallbacks.report.diagnoses.optimizer import grad_accumulation_sync, unfused_optimizer
 from profcallbacks.report.diagnoses.precision import fp32_compute
 from profcallbacks.report.diagnoses.startup import cold_start
+from profcallbacks.report.diagnoses.whatif import bound_gains
 
 log = logging.getLogger(__name__)
 Rule = Callable[[Capture], Diagnosis | None]
@@ -31,7 +32,8 @@ KINDS = tuple(rule.__name__ for rule in RULES)
 
 def run_rules(cap: Capture) -> list[Diagnosis]:
     """Every diagnosis of ``cap`` worth at least ``MIN_GAIN_SHARE`` of its step (or
-    ``MIN_GPU_SHARE`` of its kernel time), largest gain first."""
+    ``MIN_GPU_SHARE`` of its kernel time), largest gain first, each gain bounded by what the
+    larger ones leave of the step (``whatif.bound_gains``)."""
     found: list[Diagnosis] = []
     for rule in RULES:
         try:
@@ -44,6 +46,7 @@ def run_rules(cap: Capture) -> list[Diagnosis]:
                                       diagnosis.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE):
             found.append(diagnosis)
     found.sort(key=lambda d: -d.gain_ms)
+    found = bound_gains(found, cap.step_ms())
     for d in found:
         d.details["per"] = "capture" if cap.whole_span else "step"
     return found

@@ -58,7 +58,7 @@ def attention_math_fallback(cap: Capture) -> Diagnosis | None:
     fix = (["Run attention in bf16/fp16 (autocast) and pass is_causal=True instead of a causal "
             "attn_mask, so the flash / memory-efficient kernels take it."] if cap.has_gpu else
            ["Pass is_causal=True instead of a causal attn_mask (and no dropout in eval), so "
-            "scaled_dot_product_attention takes its fused CPU kernel."])
+            "SDPA takes its fused CPU kernel."])
     if not math_ops:
         fix.insert(0, "Call torch.nn.functional.scaled_dot_product_attention(q, k, v, ...) "
                       "instead of softmax(q @ k.transpose(-2, -1) * scale) @ v.")

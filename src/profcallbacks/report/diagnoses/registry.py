@@ -13,6 +13,7 @@ from typing import Any
 from profcallbacks.report.diagnoses.attention import attention_math_fallback
 from profcallbacks.report.diagnoses.context import build_capture
 from profcallbacks.report.diagnoses.copies import hidden_copies, pageable_copy
+from profcallbacks.report.diagnoses.dispatch import dispatch_bound
 from profcallbacks.report.diagnoses.host_waits import launch_bound, sync_in_step
 from profcallbacks.report.diagnoses.loader import input_pipeline
 from profcallbacks.report.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU_SHARE, Capture, Diagnosis
@@ -24,7 +25,7 @@ from profcallbacks.report.diagnoses.whatif import bound_gains
 log = logging.getLogger(__name__)
 Rule = Callable[[Capture], Diagnosis | None]
 RULES: tuple[Rule, ...] = (cold_start, fp32_compute, pageable_copy, sync_in_step, launch_bound,
-                           unfused_optimizer, attention_math_fallback, hidden_copies,
+                           dispatch_bound, unfused_optimizer, attention_math_fallback, hidden_copies,
                            input_pipeline, grad_accumulation_sync)
 KINDS = tuple(rule.__name__ for rule in RULES)
 """Every diagnosis kind, in the order the rules run."""

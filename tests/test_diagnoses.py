@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from profcallbacks.report.decode import load_trace, slim
-from profcallbacks.report.diagnoses import KINDS, Diagnosis, diagnose_events
-from profcallbacks.report.diagnoses.context import build_capture
-from profcallbacks.report.generations import normalise
+from profcallbacks.report.analyse.diagnoses import KINDS, Diagnosis, diagnose_events
+from profcallbacks.report.read.capture_model import build_capture
+from profcallbacks.report.read.decode import load_trace, slim
+from profcallbacks.report.read.generations import normalise
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "gpu-traces"
@@ -140,8 +140,8 @@ def test_launch_bound_on_df_index_resolver():
 def test_unfused_sgd_saves_only_the_gpu_idle_inside_the_optimizer():
     # df_index_resolver's SGD: 404 per-parameter kernels, 12.5 ms of optimizer per step; the GPU is
     # busy most of that time, so a foreach SGD saves the 7.3 ms the GPU idles there, not 12.5 ms.
-    from profcallbacks.report.diagnoses.optimizer import unfused_optimizer
-    from profcallbacks.report.diagnoses.startup import cold_start
+    from profcallbacks.report.analyse.diagnoses.optimizer import unfused_optimizer
+    from profcallbacks.report.analyse.diagnoses.startup import cold_start
 
     trace = load_trace(trace_path("df_index_resolver"))
     normalise(trace)
@@ -260,7 +260,7 @@ def test_hidden_copies_from_contiguous_and_layout_conversions():
 
 
 def test_every_kind_is_documented():
-    from profcallbacks.report.diagnoses import registry
+    from profcallbacks.report.analyse.diagnoses import registry
 
     assert KINDS[0] == "cold_start" and len(set(KINDS)) == len(KINDS)
     for rule in registry.RULES:
@@ -287,7 +287,7 @@ def test_sync_in_step_names_the_users_frame_from_a_stack_trace():
 
 
 def test_gains_never_add_up_to_more_than_the_step():
-    from profcallbacks.report.diagnoses.whatif import bound_gains
+    from profcallbacks.report.analyse.diagnoses.whatif import bound_gains
 
     def d(kind: str, gain: float) -> Diagnosis:
         return Diagnosis(kind, "", [], None, gain, gain / 10.0, [])

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from profcallbacks import Schedule, StepProfiler, TraceOptions
 from profcallbacks.findings import CAPTURE_VERDICT
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report.advice import loader_workers
+from profcallbacks.report.analyse.advice import loader_workers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

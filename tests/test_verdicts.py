@@ -122,7 +122,8 @@ def test_foreign_directory_of_traces_is_one_capture_per_directory(tmp_path, caps
 def test_single_trace_file_and_verdict_first_in_text(capsys):
     assert main(["report", str(trace_path("alexnet_critical_path"))]) == 0
     text = capsys.readouterr().out
-    assert text.splitlines()[0].startswith("Verdict: HOST_BOUND")
+    lines = text.splitlines()  # the header, then the verdict
+    assert lines[0].startswith("profcallbacks report: ") and lines[3].startswith("Verdict: HOST_BOUND")
     assert "GPU alexnet_critical_path.pt.trace.json.gz: idle 99.5%" in text
 
 
@@ -214,7 +215,7 @@ def test_html_verdict_panel_comes_first(tmp_path):
 
 
 def test_open_stall_episode_drawn_to_the_last_step():
-    from profcallbacks.report.plot import step_time_svg
+    from profcallbacks.report.render.plot import step_time_svg
 
     def finding(kind, step, **details):
         return {"kind": kind, "step": step, "rank": 0, "severity": "warning", "message": "m",
@@ -252,7 +253,7 @@ def _gpu(**shares):
     (_gpu(idle_share=0.6), "host_bound"),
 ])
 def test_verdict_thresholds(gpu, kind):
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 5.0, "cpu_ops_ms": 60.0, "sync_ms": 2.0, "gpu": gpu,
                "top_cpu_ops": [], "top_syncs": []}
@@ -262,7 +263,7 @@ def test_verdict_thresholds(gpu, kind):
 
 
 def test_sync_bound_evidence_names_the_users_lines():
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 0.0, "cpu_ops_ms": 20.0, "sync_ms": 40.0,
                "gpu": _gpu(idle_share=0.45), "top_cpu_ops": [],
@@ -276,7 +277,7 @@ def test_sync_bound_evidence_names_the_users_lines():
 def test_a_cpu_step_mostly_between_operators_is_not_balanced():
     # Lightning on a CPU: data wait 2%, operators 30%, and 67% of the step in the training thread's
     # own code between operators: one part over half the step names it, never "balanced"
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 2.0, "cpu_ops_ms": 30.6, "gpu": None,
                "top_cpu_ops": [], "top_syncs": []}
@@ -290,7 +291,7 @@ def test_a_cpu_step_mostly_between_operators_is_not_balanced():
 def test_sync_bound_is_the_gpu_idle_the_syncs_cause():
     # the host blocked 40 ms of a 100 ms step, but the sync_in_step what-if finds the GPU idle
     # only 5 ms for it (busy the rest): not sync-bound; with 30 ms of idle it is
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 0.0, "cpu_ops_ms": 20.0, "sync_ms": 40.0,
                "gpu": _gpu(idle_share=0.1, compute_share=0.85), "top_cpu_ops": [],

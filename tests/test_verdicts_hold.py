@@ -98,7 +98,11 @@ def test_loader_advice_fits_the_loader():
     assert "from 4 to 8" in line and "persistent_workers=True" in line and "pin_memory=True" in line
     # one worker-count rule: a worker per core this process may use, whatever the loader had
     zero = RunContext(device="cpu", loader={"num_workers": 0, "cpus": 2})
-    assert "num_workers=2 (one per core this process may use" in verdict_advice("input_bound", zero)[0]
+    rule = "num_workers=2 (one per core the training process may use"
+    assert rule in verdict_advice("input_bound", zero)[0]
+    # the run's cores unknown: the rule in words, never the cores of the machine reading the trace
+    unknown = verdict_advice("input_bound", RunContext(device="cpu", loader={"num_workers": 0}))[0]
+    assert "one per core the training process may use (at most 8)" in unknown
     full = RunContext(device="cpu", loader={"num_workers": 2, "cpus": 2})
     assert "make each batch cheaper" in verdict_advice("input_bound", full)[0]
     v100 = verdict_advice("gpu_compute_bound", RunContext(device="cuda", capability=(7, 0)))[0]

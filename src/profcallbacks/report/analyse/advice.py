@@ -211,10 +211,14 @@ def _input(ctx: RunContext) -> list[str]:
     loader = ctx.loader
     workers = loader.get("num_workers")
     cpus = loader.get("cpus") if isinstance(loader.get("cpus"), int) else None
-    want = loader_workers(cpus)
-    rule = f"num_workers={want} (one per core this process may use, at most {MAX_WORKERS})"
+    want = loader_workers(cpus) if cpus is not None else MAX_WORKERS
+    rule = (f"num_workers={want} (one per core the training process may use, at most "
+            f"{MAX_WORKERS})" if cpus is not None else
+            f"num_workers to one per core the training process may use (at most {MAX_WORKERS})")
     if workers == 0:
         first = f"Batches are built on the training thread (num_workers=0): set {rule}"
+    elif isinstance(workers, int) and cpus is None:
+        first = f"Raise DataLoader num_workers (now {workers}) and prefetch_factor"
     elif isinstance(workers, int) and workers < want:
         first = f"Raise DataLoader num_workers from {workers} to {want} and prefetch_factor"
     elif isinstance(workers, int):

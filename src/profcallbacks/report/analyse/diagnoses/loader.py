@@ -7,16 +7,20 @@ Trigger: the data loader's ranges (``enumerate(DataLoader)#...__next__``, Lightn
 ``_MultiProcessingDataLoaderIter`` has workers that cannot keep up. On a GPU trace, host-to-device
 copies from pageable memory mean ``pin_memory`` is off. Gain: the data wait that loader workers
 would take off the step (``whatif.loader_saving``): with ``num_workers=0`` a batch takes the wait
-to build; ``advice.loader_workers()`` workers (the cores this process may use) build that many at
-a time while the rest of the step runs, so what is left is the part the rest of the step does not
-hide. With workers already there, the whole wait is the bound. On a GPU the wait counts only where
-the GPU idles for it (``whatif.idle_caused``): queued kernels hide a data wait.
+to build; N workers build N at a time while the rest of the step runs, so what is left is the
+part the rest of the step does not hide. N is the fewest workers that hide the whole wait (at
+most ``MAX_WORKERS``): the trace does not say how many cores the training process had, so the fix
+names N and the limit (one worker per core that process may use, as ``advice.loader_workers``).
+With workers already there, the whole wait is the bound. On a GPU the wait counts only where the
+GPU idles for it (``whatif.idle_caused``): queued kernels hide a data wait.
 Negative case: a loader that keeps ahead (no ``__next__`` range longer than a few us; the V100 trace).
 """
 
 from __future__ import annotations
 
-from profcallbacks.report.analyse.advice import MAX_WORKERS, loader_workers
+import math
+
+from profcallbacks.report.analyse.advice import MAX_WORKERS
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, ms
 from profcallbacks.report.analyse.diagnoses.whatif import idle_caused, loader_saving
 from profcallbacks.report.model.intervals import merge
@@ -37,9 +41,10 @@ def input_pipeline(cap: Capture) -> Diagnosis | None:
         return None
     single = any("SingleProcess" in o.name for o in waits)
     multi = any("MultiProcessing" in o.name for o in waits)
-    workers = loader_workers()
+    rest = max(cap.step_ms() - wait, 0.0)
+    workers = max(1, min(MAX_WORKERS, math.ceil(wait / rest) if rest > 0 else MAX_WORKERS))
     if single:
-        saved, basis = loader_saving(wait, max(cap.step_ms() - wait, 0.0), workers)
+        saved, basis = loader_saving(wait, rest, workers)
     else:
         saved, basis = wait, f"data wait {wait:.2f} ms per step (all of it, at best)"
     if cap.has_gpu:
@@ -57,9 +62,9 @@ def input_pipeline(cap: Capture) -> Diagnosis | None:
     if single:
         evidence.append("the iterator is _SingleProcessDataLoaderIter: num_workers=0, every batch "
                         "is built on the training thread")
-        fix.append(f"DataLoader(num_workers={workers}, persistent_workers=True): one worker per "
-                   "core this process may use (os.sched_getaffinity), at most "
-                   f"{MAX_WORKERS}.")
+        fix.append(f"DataLoader(num_workers={workers}, persistent_workers=True): {workers} "
+                   "worker(s) build a batch within the rest of the step; no more than one per "
+                   "core the training process may use (os.sched_getaffinity).")
     elif multi:
         evidence.append("the iterator is _MultiProcessingDataLoaderIter: the workers do not keep "
                         "up")

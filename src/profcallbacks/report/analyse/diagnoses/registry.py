@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from profcallbacks.report.analyse.diagnoses.allocator import allocator_churn
 from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
 from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
 from profcallbacks.report.analyse.diagnoses.dispatch import dispatch_bound
@@ -25,8 +26,9 @@ from profcallbacks.report.read.capture_model import build_capture
 log = logging.getLogger(__name__)
 Rule = Callable[[Capture], Diagnosis | None]
 RULES: tuple[Rule, ...] = (cold_start, fp32_compute, pageable_copy, sync_in_step, launch_bound,
-                           dispatch_bound, unfused_optimizer, attention_math_fallback, hidden_copies,
-                           input_pipeline, grad_accumulation_sync)
+                           dispatch_bound, allocator_churn, unfused_optimizer,
+                           attention_math_fallback, hidden_copies, input_pipeline,
+                           grad_accumulation_sync)
 KINDS = tuple(rule.__name__ for rule in RULES)
 """Every diagnosis kind, in the order the rules run."""
 

@@ -320,3 +320,14 @@ def test_allocator_churn_on_the_mi300x_trace_without_the_pool():
     assert "hipFree x1360" in d.evidence[0] and "hipMalloc x1460" in d.evidence[0]
     assert "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in d.fix[0]
     assert 0.8 < d.gain_share <= 1.0  # the GPU idles ~89% of the span, nearly all in hipFree
+
+
+def test_hip_blocking_copies_are_syncs():
+    # HTA's MI250 (ROCm 6.2) trace: two hipMemcpyWithStream calls inside its two steps; that call
+    # returns only when the copy is done (HIP's blocking copy), so it is a sync like cudaMemcpy
+    from profcallbacks.report.analyse.diagnoses.host_waits import _blocking
+
+    trace = load_trace(Path(__file__).parent / "data" / "hta-traces" / "mi250_rocm62.pt.trace.json.gz")
+    normalise(trace)
+    cap = build_capture(trace.traceEvents, trace.deviceProperties)
+    assert [c.name for c in _blocking(cap)] == ["hipMemcpyWithStream"] * 2

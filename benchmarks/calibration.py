@@ -2,12 +2,12 @@
 
 For each scenario (``benchmarks/calibration_scenarios.py``) the loop with the pattern is profiled
 once through ``StepProfiler`` and read by the report, whose diagnosis of the scenario's kind gives
-the *predicted* gain per step (0 when it names nothing). Then the loop with the pattern and the
-loop with the fix run untraced, in alternating blocks (interleaved, so a machine that slows down
-for a while slows both), and the *measured* gain is the median over rounds of the blocks' step
-time difference. A prediction meets the target when it is within 30% (or 1 ms) of the measured
-gain; a fix that measurably gains nothing (under 5% of the step) meets it when the predicted gain is
-under 5% of the step too.
+the *predicted* gain per step (0 when it names nothing). Then the loop with the pattern and the loop
+with the fix run untraced, in alternating blocks (interleaved, so a machine that slows down for a
+while slows both); each variant's step time is its fastest block (the least disturbed on a shared
+machine, as ``timeit`` takes the minimum) and the *measured* gain their difference. A prediction
+meets the target when it is within 30% (or 1 ms) of the measured gain; a fix that measurably gains
+nothing (under 5% of the step) meets it when the predicted gain is under 5% of the step too.
 
 Usage:
     python benchmarks/calibration.py                 # every scenario
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -96,20 +95,18 @@ def _block(loop: Loop, steps: int) -> float:
 
 
 def _measure(scenario: Scenario, rounds: int, steps: int) -> tuple[float, float, float]:
-    """Median block step time of the pattern and of the fix, and the median paired difference."""
+    """Fastest block step time of the pattern and of the fix, and their difference."""
     loops = (scenario.make(False), scenario.make(True))
     try:
         for loop in loops:  # warm-up: workers started, compiled, caches filled
             _block(loop, max(steps // 2, 3))
-        before, after, diffs = [], [], []
+        before, after = [], []
         for r in range(rounds):
             order = loops if r % 2 == 0 else loops[::-1]
             times = {id(loop): _block(loop, steps) for loop in order}
-            b, a = times[id(loops[0])], times[id(loops[1])]
-            before.append(b)
-            after.append(a)
-            diffs.append(b - a)
-        return statistics.median(before), statistics.median(after), statistics.median(diffs)
+            before.append(times[id(loops[0])])
+            after.append(times[id(loops[1])])
+        return min(before), min(after), min(before) - min(after)
     finally:
         for loop in loops:
             loop.close()

@@ -303,3 +303,28 @@ def test_sync_bound_is_the_gpu_idle_the_syncs_cause():
     verdict = decide(metrics, diagnoses=large)
     assert verdict["kind"] == "sync_bound" and verdict["share"] == 0.3
     assert "the GPU idles 30.00 ms for them" in verdict["evidence"][0]
+
+
+def test_a_gpu_job_whose_trace_has_no_gpu_events_says_so(tmp_path):
+    # HTA's AlexNet trace with its GPU-side events taken out (kernels, copies, sets, CUDA sync
+    # events, flows), as a profiler run without ProfilerActivity.CUDA writes it: the CUDA runtime
+    # calls and deviceProperties remain. The verdict reads the host only and says why.
+    data = json.loads(gzip.decompress((DATA / "alexnet_critical_path.pt.trace.json.gz").read_bytes()))
+    gpu_side = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "ac2g"}
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in gpu_side]
+    (tmp_path / "host_only.pt.trace.json").write_text(json.dumps(data))
+    verdict = build_report(locate_run(tmp_path))["verdict"]
+    assert verdict["evidence"][0].startswith("no GPU activity was recorded, yet this is a GPU job")
+    assert "ProfilerActivity.CUDA" in verdict["advice"][0]
+    assert not any("GPU idle" in line for line in verdict["evidence"])
+
+
+def test_gpu_events_only_get_a_verdict_over_the_gpu_span():
+    # a kernels-only capture: no CPU operator, so no host step; the GPU's span is the one step
+    from profcallbacks.report.analyse.verdict import decide
+
+    metrics = {"step_ms": 0.0, "data_wait_ms": 0.0, "cpu_ops_ms": 0.0, "sync_ms": 0.0,
+               "gpu": _gpu(compute_share=0.9, idle_share=0.05), "top_cpu_ops": [], "top_syncs": []}
+    verdict = decide(metrics)
+    assert verdict is not None and verdict["kind"] == "gpu_compute_bound"
+    assert verdict["evidence"][0].startswith("the trace holds GPU events only")

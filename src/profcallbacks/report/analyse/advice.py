@@ -98,6 +98,8 @@ class RunContext:
             findings): advice does not suggest it again.
         contended: Other work held the machine's cores (a slowdown that grew every operator
             alike): thread advice lowers threads, never raises them.
+        gpu_unrecorded: A GPU job whose traces hold no GPU activity (CUDA/HIP runtime calls or a
+            GPU in ``deviceProperties``, no kernel): the profiler's activities lacked the GPU.
     """
 
     device: str = "unknown"
@@ -109,6 +111,7 @@ class RunContext:
     world_size: int = 1
     compiled: bool = False
     contended: bool = False
+    gpu_unrecorded: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -166,13 +169,15 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         framework = "hf"
     if device == "unknown" and loader.get("cuda") is False:
         device = "cpu"
+    unrecorded = bool(formats) and device == "cpu" and any(
+        f.categories.get("cuda_runtime") or f.categories.get("Runtime") or f.device for f in formats)
     contended = any(f.get("kind") == SLOWDOWN_DIAGNOSIS and isinstance(f.get("details"), dict)
                     and isinstance(f["details"].get("growth"), dict)
                     and f["details"]["growth"].get("pattern") == "uniform" for f in findings)
     return RunContext(device=device, gpu_name=gpu_name, capability=capability, loader=loader,
                       loader_advice=tuple(str(a) for a in advice if isinstance(a, str)),
                       framework=framework, world_size=world_size, compiled=compiled,
-                      contended=contended)
+                      contended=contended, gpu_unrecorded=unrecorded)
 
 
 def verdict_advice(kind: str, context: RunContext | None = None) -> list[str]:

@@ -51,7 +51,7 @@ def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
 
 def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per-step metrics over several files or captures (step-weighted means)."""
-    metrics = [m for m in metrics if m.get("step_ms")]
+    metrics = [m for m in metrics if m.get("step_ms") or m.get("gpu")]  # GPU events only: its span
     if not metrics:
         return None
     steps = sum(max(m["steps"], 1) for m in metrics)

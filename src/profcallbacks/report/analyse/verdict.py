@@ -94,9 +94,16 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         ('input_bound', 0.6, 'data wait 6.00 ms of a step 10.00 ms (60%)')
     """
     step = m.get("step_ms") or 0.0
+    gpu: dict[str, Any] | None = m.get("gpu")
+    if gpu is not None and not gpu.get("kernels"):  # annotations or copies, no kernel ran
+        gpu = None
+        m = dict(m, gpu=None)
+    kernels_only = step <= 0 and gpu is not None and (gpu.get("span_ms") or 0.0) > 0
+    if kernels_only and gpu is not None:  # GPU events only: the GPU's span is the one step
+        step = float(gpu["span_ms"])
+        m = dict(m, step_ms=step)
     if step <= 0:
         return None
-    gpu = m.get("gpu")
     waste = _waste(m, step, sync_sites, _gain_of(diagnoses, "sync_in_step"),
                    _gain_of(diagnoses, "input_pipeline"))
     compute = _compute(m, step)
@@ -142,9 +149,19 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     if secondary:
         evidence = evidence + ["also: " + ", ".join(f"{k} {v:.0%}" for k, v in secondary)]
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
+    advice = verdict_advice(kind, ctx)
+    if kernels_only:
+        evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
+                    f"{step:.1f} ms span is read as one step; host and data wait are unknown",
+                    *evidence]
+    if ctx.gpu_unrecorded and not gpu:
+        evidence = ["no GPU activity was recorded, yet this is a GPU job (CUDA/HIP runtime calls "
+                    "or a GPU in deviceProperties): this verdict reads the host only", *evidence]
+        advice = ["Record the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                  "ProfilerActivity.CUDA]) (profcallbacks records both by default).", *advice]
     share_of = "step" if kind in ("communication_bound", "host_bound") and not gpu else SHARE_OF[kind]
     return {"kind": kind, "share": round(share, 4), "share_of": share_of, "evidence": evidence,
-            "advice": verdict_advice(kind, ctx), "close_to": close_to, "held": held,
+            "advice": advice, "close_to": close_to, "held": held,
             "secondary": secondary}
 
 

@@ -17,6 +17,7 @@ from profcallbacks.report import build_report, locate_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+CPU_RUN_NEVER = ("GPU", "CUDA", "cuda", "pin_memory", "flash", "device-side", "tensor core")
 SCHEDULE = Schedule(skip_first=3, warmup=1, active=3)
 
 
@@ -36,6 +37,9 @@ def kinds(logdir: Path) -> dict[str, dict]:
     report = build_report(locate_run(logdir))
     [capture] = report["captures"]
     assert [d["kind"] for d in capture["diagnoses"]] == [d["kind"] for d in report["diagnoses"]]
+    for d in capture["diagnoses"]:  # a CPU run: no GPU words in what is found or advised
+        said = " ".join([d["what"], *d["fix"]])
+        assert not any(word in said for word in CPU_RUN_NEVER), said
     return {d["kind"]: d for d in capture["diagnoses"]}
 
 

@@ -70,7 +70,7 @@ def input_pipeline(cap: Capture) -> Diagnosis | None:
                         "up")
         fix.append("Raise num_workers and prefetch_factor, set persistent_workers=True (workers "
                    "restarted each epoch stall its first batches), and make __getitem__/collate "
-                   "cheaper (decode once, augment on the GPU).")
+                   "cheaper (decode once" + (", augment on the GPU)." if cap.has_gpu else ")."))
     if pageable:
         evidence.append("host-to-device copies come from pageable memory: pin_memory is off")
         fix.append("DataLoader(pin_memory=True) and .to('cuda', non_blocking=True).")

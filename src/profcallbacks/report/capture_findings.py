@@ -51,7 +51,8 @@ def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None =
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
             "diagnoses": fit_to_run(expert["diagnoses"], context),
             "throughput": expert["throughput"],
-            "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
+            "verdict": decide(metrics, context=context, previous=previous,
+                              diagnoses=expert["diagnoses"]) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}

@@ -90,7 +90,7 @@ def analyse_scan(found: Scan, cpu_ops: dict[str, list[float]],
 
 def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per-step metrics over several files or captures (step-weighted means)."""
-    metrics = [m for m in metrics if m.get("step_ms")]
+    metrics = [m for m in metrics if m.get("step_ms") or m.get("gpu")]  # GPU events only: its span
     if not metrics:
         return None
     steps = sum(max(m["steps"], 1) for m in metrics)
@@ -149,8 +149,8 @@ def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
     diagnoses = pool_diagnoses([(f"rank {f.get('rank', '-')}", f.get("diagnoses") or [])
                                 for f in files])
     return {"metrics": metrics,
-            "verdict": decide(metrics, sync_sites, context=context, previous=previous)
-            if metrics else None,
+            "verdict": decide(metrics, sync_sites, context=context, previous=previous,
+                              diagnoses=diagnoses) if metrics else None,
             "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
 
 
@@ -165,7 +165,9 @@ def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,
     metrics = pool([c["metrics"] for c in chosen])
     kinds = [c["verdict"]["kind"] for c in chosen if c.get("verdict")]
     usual = max(kinds, key=kinds.count) if kinds else None
-    return decide(metrics, sync_sites, context=context, previous=usual) if metrics else None
+    diagnoses = pool_diagnoses([(str(c.get("directory")), c.get("diagnoses") or []) for c in chosen])
+    return (decide(metrics, sync_sites, context=context, previous=usual, diagnoses=diagnoses)
+            if metrics else None)
 
 
 def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
@@ -174,7 +176,8 @@ def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
     out = []
     for f in files:
         metrics = pool([f["metrics"]])
-        verdict = decide(metrics, sync_sites, context=context) if metrics else None
+        verdict = (decide(metrics, sync_sites, context=context, diagnoses=f.get("diagnoses") or [])
+                   if metrics else None)
         if verdict is not None:
             out.append({"rank": f.get("rank"), "kind": verdict["kind"], "share": verdict["share"],
                         "close_to": verdict["close_to"]})

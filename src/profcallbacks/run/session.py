@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -138,6 +139,8 @@ class ProfilingSession:
         self._loader_passes = 0  # passes over the loader (set_loader calls with steps between)
         self._latest_finding_step = -1  # the latest step of a finding emitted so far
         self._loader_step: int | None = None  # the step in progress at the last set_loader
+        self._stepper: threading.Thread | None = None  # the thread that steps (its boundaries)
+        self._warned_threads = False
 
     def _own_participants(self, start_step: int, auditor: StepAuditor | None) -> list[Participant]:
         """The session's participants, in the order every hook runs (the detectors follow):
@@ -520,9 +523,33 @@ class ProfilingSession:
                             "(use `with prof:` or call it between open and close); ignored.")
                 self._warned_closed = True
             return
+        if self._from_another_thread():
+            return
         self._paused = False
         self._end_block(now)
         self._begin_block(now, after_pause=False)
+
+    def _from_another_thread(self) -> bool:
+        """Whether this block boundary is reached on a thread other than the one stepping the
+        session (the first to reach one, while it lives): that thread's boundary work (the
+        profiler's windows, kineto's export) is left to it, so it never runs on two threads at
+        once. The block stays due; this step is not counted once the block buffer is full.
+        Warns once."""
+        current = threading.current_thread()
+        owner = self._stepper
+        if owner is None or owner is current or not owner.is_alive():
+            self._stepper = current
+            return False
+        if not self._warned_threads:
+            self._warned_threads = True
+            log.warning("profcallbacks: step() is called from thread %r while thread %r steps "
+                        "this profiler; its capture windows and summaries stay on %r (steps of "
+                        "other threads are counted between its steps). Call step() from one "
+                        "thread, the one that runs the optimizer step.", current.name,
+                        owner.name, owner.name)
+        if self._n >= BLOCK_STEPS:
+            self._n -= 1  # the buffer is full until the stepping thread comes back
+        return True
 
     def _end_block(self, now: float) -> None:
         """Hand the buffered steps to the summaries and the participants, in step order."""

@@ -17,9 +17,9 @@ from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
 from profcallbacks.capture.findings_track import MAX_FINDINGS
 from profcallbacks.capture.planner import CapturePlanner, Window
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
-from profcallbacks.capture.trace_writer import remove_raw
+from profcallbacks.capture.trace_writer import CaptureHook, remove_raw
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.core.triggers import FILE, CaptureRequest
@@ -51,9 +51,9 @@ class CaptureController:
     """
 
     def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
-                 analysis: str | None = None) -> None:
+                 analysis: CaptureHook | None = None) -> None:
         self._config = config
-        self._analysis = analysis  # "module:function" run on each published capture, or None
+        self._analysis = analysis  # run by the export helper on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)

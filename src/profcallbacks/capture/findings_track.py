@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.trace_names import FINDINGS_TRACK
 from profcallbacks.findings import (
     CAPTURE_VERDICT,
     DATALOADER_STALL,
@@ -42,7 +43,7 @@ from profcallbacks.findings import (
     Finding,
 )
 
-TRACK_CATEGORY = "profcallbacks_finding"
+TRACK_CATEGORY = FINDINGS_TRACK
 """Category of every event of the findings track."""
 TRACK_PID = 1 << 30
 """Process id of the findings track: far above real process ids, so it never joins one."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib
 import json
 import logging
 import os
@@ -25,7 +24,8 @@ from typing import Any
 
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
-from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.capture.postprocess import postprocess
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (
@@ -313,19 +313,6 @@ def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
         os.replace(raw, file, dst_dir_fd=final_fd)
     remove_raw(raw)
     return final
-
-
-def load_hook(spec: str | None) -> CaptureHook | None:
-    """The capture analysis named ``spec`` (``"module:function"``, given by whoever starts the
-    exporter), where installed; ``None`` for none."""
-    if spec is None:
-        return None
-    module, _, name = spec.partition(":")
-    try:
-        hook: Any = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-    return hook
 
 
 def publish_stage(logdir: Path, name: str) -> Path | None:

@@ -8,7 +8,7 @@ is written to a temporary directory and removed.
 
 Then, side by side in one process:
 - gunzip + parse with the standard library's ``json``, with ``orjson``, and with ``msgspec`` into
-  the report's slim records (report/decode.py);
+  the report's slim records (report/read/decode.py);
 - ``profcallbacks report`` (read, summarise, render text and JSON) on the log directory, and again
   without msgspec (``--no-msgspec``: the dict fallback) when asked;
 - ``hta.trace_analysis.TraceAnalysis(trace_dir=...)`` on the capture directory (load only).
@@ -172,7 +172,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from profcallbacks.report import build_report, decode, locate_run, render_text
-    from profcallbacks.report.reading import PARSER, gc_paused, read_bytes
+    from profcallbacks.report.read.files import PARSER, gc_paused, read_bytes
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="profcallbacks-bench-"))
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import shutil
 import tracemalloc
@@ -11,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report import stream as stream_module
-from profcallbacks.report import traces as traces_module
-from profcallbacks.report.decode import load_trace
-from profcallbacks.report.reading import ReadError
-from profcallbacks.report.stream import stream_trace
-from profcallbacks.report.traces import summarise
+from profcallbacks.report.read import stream as stream_module
+from profcallbacks.report.read.decode import load_trace
+from profcallbacks.report.read.files import ReadError
+from profcallbacks.report.read.stream import stream_trace
+from profcallbacks.report.read.traces import summarise
 
 DATA = Path(__file__).parent / "data"
 
@@ -119,7 +119,6 @@ def test_a_large_trace_is_reported_within_bounded_memory(big_run, monkeypatch):
     whole = peak_bytes(lambda: load_trace(path))  # the whole-file reader, for comparison
     assert streamed < 0.5 * gunzipped, (streamed, gunzipped)  # ~100k events kept of 800k
     assert whole > gunzipped > 2 * streamed  # what reading in pieces saves
-    monkeypatch.setattr(traces_module, "STREAM_MIN_BYTES", 0)  # as for a trace of several GB
     report = build_report(locate_run(run))
     [capture] = report["captures"]
     assert capture["steps"] == list(range(40)) and not report["problems"]
@@ -127,7 +126,6 @@ def test_a_large_trace_is_reported_within_bounded_memory(big_run, monkeypatch):
 
 def test_a_trace_beyond_the_limit_is_named_not_read(big_run, monkeypatch):
     run, _ = big_run
-    monkeypatch.setattr(traces_module, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(stream_module, "MAX_STREAM_EVENTS", 50_000)
     report = build_report(locate_run(run))
     [problem] = [p for p in report["problems"] if "beyond what the report reads" in p["error"]]
@@ -143,4 +141,45 @@ def test_a_truncated_trace_is_named(tmp_path):
     with pytest.raises(ReadError, match="never ends"):
         stream_trace(path)
     shutil.copy(tmp_path / "full.json.gz", path)
-    assert len(stream_trace(path).traceEvents) == 4 * 200 + 4  # frames are not kept
+    assert len(stream_trace(path).traceEvents) == 4 * 200 + 4  # no runtime call: no frame kept
+
+
+SHARED = next((p for p in (DATA.parents[1].parent / "shared" / "gpu-traces",
+                           DATA.parents[1].parent.parent / "shared" / "gpu-traces") if p.is_dir()), None)
+OLD_STREAM_BYTES = 64 << 20
+"""Traces this large on disk once took another reading path, without their device properties."""
+
+
+def padded(source: Path, target: Path, size: int) -> None:
+    """``source`` uncompressed at ``target``, grown past ``size`` bytes by metadata events that
+    no report reads (placed first, so every event the report reads comes after them)."""
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    filler = json.dumps({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+                         "args": {"name": "x" * 200}})
+    count = size // len(filler) + 1
+    events = json.dumps(trace.pop("traceEvents"))
+    head = json.dumps(trace)[:-1]
+    with target.open("w") as f:
+        f.write(head + ', "traceEvents": [' + ",".join([filler] * count) + "," + events[1:] + "}")
+
+
+@pytest.mark.parametrize("stem,folder", [("df_index_resolver", DATA / "gpu-traces"),
+                                         ("h100_qwen_inference", SHARED)])
+def test_a_big_trace_keeps_its_device_and_mfu(tmp_path, stem, folder):
+    if folder is None or not (folder / f"{stem}.pt.trace.json.gz").is_file():
+        pytest.skip(f"{stem} is absent")
+    source = folder / f"{stem}.pt.trace.json.gz"
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.mkdir(), big.mkdir()
+    shutil.copy(source, small / source.name)
+    padded(source, big / f"{stem}.pt.trace.json", OLD_STREAM_BYTES)
+    assert (big / f"{stem}.pt.trace.json").stat().st_size > OLD_STREAM_BYTES
+    reports = [build_report(locate_run(run)) for run in (small, big)]
+    names = [r["run_context"]["gpu_name"] for r in reports]
+    throughput = [r["captures"][0]["throughput"] for r in reports]
+    assert names[0] is not None and names[0] == names[1]
+    assert throughput[0]["device"] == throughput[1]["device"] == names[0]
+    assert throughput[0]["mfu"] == throughput[1]["mfu"]
+    assert reports[0]["captures"][0]["diagnoses"] == reports[1]["captures"][0]["diagnoses"]
+    if stem == "h100_qwen_inference":
+        assert throughput[1]["mfu"] > 0.1  # 12.9%: the FLOPs and the H100's peak both found

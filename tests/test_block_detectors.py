@@ -1,9 +1,11 @@
-"""observe_block (the session's per-block contract) finds exactly what observe finds step by step.
+"""A detector finds the same whatever the blocks the session cuts the steps into.
 
-Each built-in detector is fed one recorded sequence twice: one step at a time through
+Each built-in detector's step logic is written once, in ``observe_block``; ``observe`` is a
+block of one step. Each is fed one recorded sequence twice: one step at a time through
 ``observe``, and in blocks of random length (1-64 steps, as the session cuts them) through
-``observe_block``; the findings (kind, step, message, details) and the state the detectors
-publish must be identical. The sequences hold every situation a detector reacts to: warm-up,
+``observe_block``, which takes the block-at-once shortcuts (quiet stretches, CUSUMs run over
+segments); the findings (kind, step, message, details) and the state the detectors publish
+must be identical. The sequences hold every situation a detector reacts to: warm-up,
 captured blocks, steps after a pause, isolated waits, stall episodes (held, or a burst that ends
 before the hold) and their end, a stall reported at the run's end, slowdowns, recoveries and
 re-baselining, straggler checks.
@@ -17,10 +19,11 @@ from collections import deque
 
 import pytest
 
+from profcallbacks import SlowdownConfig, StallConfig, StragglerConfig
 from profcallbacks.core.timing import IntervalSummary, StepRecord, StepTimes, median
-from profcallbacks.detect.slowdown import SlowdownConfig, SlowdownDetector
-from profcallbacks.detect.stall import StallConfig, StallDetector
-from profcallbacks.detect.straggler import StragglerConfig, StragglerDetector
+from profcallbacks.detect.slowdown import SlowdownDetector
+from profcallbacks.detect.stall import StallDetector
+from profcallbacks.detect.straggler import StragglerDetector
 
 
 def sequence(seed: int, steps: int = 3000) -> list[tuple[float, float]]:

@@ -17,8 +17,8 @@ from profcallbacks.capture.retention import logdir_capture_bytes
 from profcallbacks.capture.trimming import CaptureSizer
 from profcallbacks.layout import retention_log_file
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report.html import render_html
-from profcallbacks.report.text import render_text
+from profcallbacks.report.render.html import render_html
+from profcallbacks.report.render.text import render_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

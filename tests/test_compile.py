@@ -200,7 +200,7 @@ def test_the_report_and_compare_show_compile_events(tmp_path: Path) -> None:
     from profcallbacks import Schedule
     from profcallbacks.report import build_report, compare_reports, render_compare_text, render_text
     from profcallbacks.report.build import locate_run
-    from profcallbacks.report.html import render_html
+    from profcallbacks.report.render.html import render_html
 
     model = torch.compile(Shaped(), backend="aot_eager", dynamic=False)
     compiled = tmp_path / "compiled"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from profcallbacks.report.decode import load_trace, slim
-from profcallbacks.report.diagnoses import KINDS, diagnose_events
-from profcallbacks.report.generations import normalise
+from profcallbacks.report.analyse.diagnoses import KINDS, diagnose_events
+from profcallbacks.report.read.decode import load_trace, slim
+from profcallbacks.report.read.generations import normalise
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "gpu-traces"
@@ -222,7 +222,7 @@ def test_hidden_copies_from_contiguous_and_layout_conversions():
 
 
 def test_every_kind_is_documented():
-    from profcallbacks.report.diagnoses import registry
+    from profcallbacks.report.analyse.diagnoses import registry
 
     assert KINDS[0] == "cold_start" and len(set(KINDS)) == len(KINDS)
     for rule in registry.RULES:

@@ -11,8 +11,8 @@ import pytest
 
 from profcallbacks.cli import main
 from profcallbacks.report import build_report, locate_run, render_html, render_text
+from profcallbacks.report.analyse.diagnoses.throughput import PEAK_TFLOPS, device_key
 from profcallbacks.report.compare import ALL_OPERATORS, compare_reports, render_compare_text
-from profcallbacks.report.diagnoses.throughput import PEAK_TFLOPS, device_key
 
 DATA = Path(__file__).parent / "data" / "gpu-traces"
 KINETO = Path(__file__).parent / "data" / "kineto-traces"
@@ -43,7 +43,7 @@ def test_alexnet_diagnoses_in_json_text_and_html(tmp_path):
     assert first["seen_in"] == ["rank 0"] and report["diagnoses"][0]["seen_in"] == ["alexnet_critical_path"]
     text = render_text(report)
     verdict_at, diagnoses_at = text.index("Verdict: HOST_BOUND"), text.index("Diagnoses")
-    assert verdict_at < diagnoses_at < text.index("profcallbacks report:")
+    assert text.index("profcallbacks report:") < verdict_at < diagnoses_at  # under the header
     assert "this capture is not steady state" in text and "pageable_copy: up to 56.99 ms" in text
     page = render_html(report)
     assert "id=diagnoses" in page and 'data-kind="fp32_compute"' in page
@@ -107,8 +107,8 @@ def test_peaks_are_dense_not_sparse():
 
 
 def test_fixes_fit_the_runs_framework_and_loader():
-    from profcallbacks.report.advice import RunContext
-    from profcallbacks.report.expert import fit_to_run
+    from profcallbacks.report.analyse.advice import RunContext
+    from profcallbacks.report.analyse.expert import fit_to_run
 
     found = [{"kind": "unfused_optimizer", "evidence": [], "fix": ["torch.optim.AdamW(..., foreach=True)"]},
              {"kind": "input_pipeline", "evidence": ["data wait"], "fix": ["generic"]}]

@@ -135,8 +135,8 @@ def test_a_raw_trace_orjson_refuses_is_still_written(tmp_path):
     not write it): the standard library takes over and the capture is published."""
     import json
 
-    from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
     from profcallbacks.capture.trace_writer import CaptureWriter, new_raw_trace_path
+    from profcallbacks.core.capture_info import CaptureInfo, StepSpan
     from profcallbacks.core.ranks import RankInfo
 
     info = CaptureInfo("step000003-manual", "manual", 3, (StepSpan(3, 10_000, 20_000),), False,
@@ -159,7 +159,7 @@ def test_a_rank_still_writing_when_another_publishes_the_capture_lands_in_it(tmp
     waiting, publishes the stage (it moves, rank 1's file with it). Rank 1's file still ends up
     in the capture under its final name, not as a half-named ``.ready`` left there."""
     from profcallbacks.capture import trace_writer
-    from profcallbacks.capture.postprocess import CaptureInfo, StepSpan
+    from profcallbacks.core.capture_info import CaptureInfo, StepSpan
     from profcallbacks.core.ranks import RankInfo
 
     writers = [trace_writer.CaptureWriter(tmp_path, tracing_ranks=2, publish_timeout_s=0)

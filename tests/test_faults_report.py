@@ -18,7 +18,7 @@ import pytest
 from faults_helpers import copied_run, small_run
 from profcallbacks.cli import main
 from profcallbacks.report import build_report, locate_run, render_html, render_text
-from profcallbacks.report.safe import dumps_strict, visible
+from profcallbacks.report.render.safe import dumps_strict, visible
 
 GOOD_STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 1000.0,
              "dur": 500.0, "pid": 1, "tid": 1}

@@ -12,7 +12,7 @@ from helpers import tiny_model, train_step
 from profcallbacks import StepProfiler
 from profcallbacks.findings import Finding
 from profcallbacks.layout import META_DIR, findings_file, parse_rank_file, run_lock_file, steps_file
-from profcallbacks.report.reading import read_jsonl
+from profcallbacks.report.read.files import read_jsonl
 from profcallbacks.run import runlock, sinks
 
 

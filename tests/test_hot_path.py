@@ -12,8 +12,8 @@ import pytest
 from profcallbacks import ProfilerConfig, ProfilingSession, Schedule
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.timing import StepRecord
+from profcallbacks.run.blocks import BLOCK_S, BLOCK_STEPS
 from profcallbacks.run.defaults import default_detectors
-from profcallbacks.run.session import BLOCK_S, BLOCK_STEPS
 from profcallbacks.testing import FakeClock, StepRecorder
 
 
@@ -142,7 +142,7 @@ def test_ten_million_steps_retain_nothing_per_step(tmp_path):
 def test_run_statistics_leave_captured_steps_out_and_name_the_slowest_step(tmp_path):
     """Issue 12 item 9: exact percentiles over healthy steps; window steps counted apart."""
     from profcallbacks.layout import steps_file
-    from profcallbacks.report.stats import clean_intervals, step_stats
+    from profcallbacks.report.analyse.stats import clean_intervals, step_stats
 
     clock = FakeClock(start=1000.0)
     config = quiet_config(schedule=Schedule(skip_first=100, warmup=1, active=3),

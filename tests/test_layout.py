@@ -155,3 +155,71 @@ def test_public_names_and_a_command_line_without_torch():
     assert set(profcallbacks.__all__) == set(dir(profcallbacks))
     for name in profcallbacks.__all__:
         assert getattr(profcallbacks, name) is not None
+
+
+VOCABULARY_MODULE = "profcallbacks.core.trace_names"
+VOCABULARY_STRAGGLERS = {
+    # Modules that still spell vocabulary names; each entry must still hold one (the test below
+    # fails on a stale entry), so the list only shrinks.
+    "profcallbacks.capture.pieces": "writer side: the profiler's span and flow categories",
+    "profcallbacks.capture.postprocess": "writer side: writes ProfilerStep# ranges and categories",
+    "profcallbacks.loop": "writes the loader range torch's DataLoader would",
+    "profcallbacks.report.analyse.diagnoses.copies": "rule module",
+    "profcallbacks.report.analyse.diagnoses.host_waits": "rule module",
+    "profcallbacks.report.analyse.diagnoses.loader": "rule module",
+    "profcallbacks.report.analyse.diagnoses.optimizer": "rule module",
+    "profcallbacks.report.analyse.diagnoses.precision": "rule module",
+    "profcallbacks.report.analyse.diagnoses.startup": "rule module",
+}
+
+
+def vocabulary() -> tuple[set[str], tuple[str, ...]]:
+    """(names matched whole, prefixes) of the trace vocabulary module; ``"nccl"`` alone is also
+    the backend's name, so only the vocabulary's longer names of collectives count."""
+    from profcallbacks.core import trace_names as v
+
+    exact = {value for value in vars(v).values() if isinstance(value, str) and not value.startswith("_")
+             and "." not in value and value not in {v.__name__, v.__doc__, v.NCCL_KERNEL_PREFIX}}
+    exact |= set(v.OLD_CATEGORIES) | set(v.HOST_ONLY_CATEGORIES) | set(v.SYNC_CALLS) | set(v.DEVICE_SYNCS)
+    prefixes = (v.STEP_PREFIX, v.OPTIMIZER_PREFIX, *v.LOADER_PREFIXES, *v.LIGHTNING_PREFIXES,
+                *v.COMM_PREFIXES)
+    return exact, prefixes
+
+
+def vocabulary_literals(source: str, exact: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    """``line: 'literal'`` for each string in ``source`` (docstrings aside) that is a vocabulary
+    name, or starts with a vocabulary prefix (f-strings too)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            head = node.values[0].value
+            if isinstance(head, str) and head.startswith(prefixes):
+                found.append(f"{node.lineno}: f{head!r}...")
+            for value in node.values:  # the pieces are constants too: not looked at again
+                docstrings.add(id(value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docstrings \
+                and (node.value in exact or node.value.startswith(prefixes)):
+            found.append(f"{node.lineno}: {node.value!r}")
+    return sorted(set(found), key=lambda s: int(s.split(":")[0]))
+
+
+def test_the_trace_vocabulary_is_written_only_in_its_module():
+    exact, prefixes = vocabulary()
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    written = {name: vocabulary_literals(path.read_text(encoding="utf-8"), exact, prefixes)
+               for name, path in sorted(modules.items()) if name != VOCABULARY_MODULE}
+    assert {n: lines for n, lines in written.items() if lines and n not in VOCABULARY_STRAGGLERS} == {}
+    assert [n for n in VOCABULARY_STRAGGLERS if not written.get(n)] == []
+
+
+def test_the_vocabulary_check_finds_a_written_name():
+    exact, prefixes = vocabulary()
+    source = ('"""ProfilerStep# in a docstring is prose."""\n'
+              'STEP = "ProfilerStep#"\nmark = f"ProfilerStep#{7}"\n'
+              'if cat == "gpu_memcpy": pass\nmessage = "no kernel ranges"\n')
+    assert vocabulary_literals(source, exact, prefixes) == [
+        "2: 'ProfilerStep#'", "3: f'ProfilerStep#'...", "4: 'gpu_memcpy'"]

@@ -8,12 +8,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from statistics import median
 
 import pytest
 import torch
 
 from profcallbacks import Schedule, SlowdownConfig, StepProfiler
-from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS
+from profcallbacks.findings import (
+    CAPTURE_VERDICT,
+    SLOWDOWN_DIAGNOSIS,
+    STEP_BASELINE_RESET,
+    STEP_SLOWDOWN,
+    STEP_SPEED_RECOVERED,
+    Finding,
+)
 from profcallbacks.report import build_report, locate_run, render_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,8 +41,10 @@ def batches(steps: int, delay_s: float, slower_from: int | None = None,
 
 
 def run(logdir: Path, loader: Iterator[torch.Tensor], *,
-        extra_mm_from: Callable[[int], bool] | None = None,
+        extra_work: Callable[[int], float] | None = None,
         width: int = 256, **options) -> StepProfiler:
+    """Trains on ``loader``; ``extra_work(step)``: seconds of extra matrix multiplications the
+    step does after its own work (0 for none)."""
     torch.manual_seed(0)
     model = torch.nn.Linear(width, width)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -49,9 +59,12 @@ def run(logdir: Path, loader: Iterator[torch.Tensor], *,
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-            if extra_mm_from is not None and extra_mm_from(step):
-                for _ in range(96):  # the step gets slower by extra matrix multiplications
-                    x = torch.mm(x, w) / 16.0
+            extra_s = extra_work(step) if extra_work is not None else 0.0
+            if extra_s > 0:  # the step gets slower by extra matrix multiplications
+                until = time.perf_counter() + extra_s
+                while time.perf_counter() < until:
+                    for _ in range(8):
+                        x = torch.mm(x, w) / 16.0
             prof.step()
     return prof
 
@@ -100,45 +113,92 @@ def test_wrap_marks_fetches_only_inside_windows(tmp_path):
 
 
 DETECT = SlowdownConfig(threshold=3.0, spike_cap=6.0, warmup_steps=3, baseline_steps=5,
-                        baseline_block_s=0.01, baseline_blocks=1, min_steps=2, min_duration_s=0.01)
+                        baseline_block_s=0.01, baseline_blocks=1, min_steps=2, min_duration_s=0.01,
+                        capture_cooldown_steps=0)
+"""Alerts on 2 steps 3x slower: on a busy machine its own neighbours trip it too, and each alert
+captures, so the change a test makes is captured whatever the machine did before."""
+GUARD_S = 300.0
+"""Only a guard against a hang: every wait below ends on what the run shows, not on a count."""
+SLOW_FACTOR = 8.0
+"""A slow step takes this many times the step time measured just before the change: well past
+``DETECT.threshold`` (3x) even if the machine's own speed wanders 2x meanwhile."""
 
 
-def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float, slower_delay_s: float = 0.0,
-                   slow_steps: int = 400, width: int = 256) -> Iterator[torch.Tensor]:
-    """Batches ``delay_s`` late until the baseline capture is published (10 steps later: its
-    profile must be in the writer's history before the slowdown capture is analysed), then
-    up to ``slow_steps`` batches ``slower_delay_s`` late, until the slowdown capture is published
-    (detectors run once per block, so the alert can come a block late); ``switch["step"]`` is the
-    first slow step."""
+def follow(switch: dict) -> Callable[[Finding], None]:
+    """``on_finding`` that keeps in ``switch`` what :func:`after_baseline` waits on:
+    ``"baseline"`` once the baseline capture's verdict came back (its profile is then in the
+    export helper's history, which a slowdown capture is compared with), and ``"alerted"``
+    while the detector is in a slowdown it alerted (the machine's, before the change)."""
+    def seen(finding: Finding) -> None:
+        if finding.kind == CAPTURE_VERDICT and finding.details["capture"].endswith("-baseline"):
+            switch["baseline"] = True
+        elif finding.kind == STEP_SLOWDOWN:
+            switch["alerted"] = True
+            switch.setdefault("alerts", []).append(finding.step)
+        elif finding.kind in (STEP_SPEED_RECOVERED, STEP_BASELINE_RESET):
+            switch["alerted"] = False
+    return seen
+
+
+def slowdown_capture(tmp_path: Path, switch: dict) -> str | None:
+    """The first published slowdown capture that began after the change, if any."""
+    first = switch.get("step")
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("-slowdown"))
+    return next((n for n in names if first is not None and int(n[4:10]) > first), None)
+
+
+def after_baseline(tmp_path: Path, switch: dict, *, delay_s: float,
+                   slower_delay: Callable[[float], float] | None = None,
+                   width: int = 256) -> Iterator[torch.Tensor]:
+    """Batches ``delay_s`` late until the baseline verdict came back and no alerted slowdown
+    goes on (``switch`` as :func:`follow` keeps it), then batches ``slower_delay(base_s)``
+    late until a slowdown capture of the steps after the change is published.
+
+    ``switch["step"]`` is the first slow step, ``switch["base_s"]`` the median step time of
+    the 9 steps before it, measured here: the run's own speed then, whatever the machine's load.
+    """
     x = torch.randn(64, width)
-    step, deadline = 0, time.monotonic() + 60
-    while switch.get("step") is None and time.monotonic() < deadline:
-        if any(p.name.endswith("-baseline") for p in tmp_path.iterdir()) and switch.setdefault(
-                "calm", step + 10) <= step:
+    ends: list[float] = []
+    step, deadline = 0, time.monotonic() + GUARD_S
+    while switch.get("step") is None:
+        assert time.monotonic() < deadline, (f"no baseline verdict, or a slowdown never over, "
+                                             f"in {GUARD_S:.0f} s ({step} steps): {switch}")
+        ends.append(time.perf_counter())
+        if switch.get("baseline") and not switch.get("alerted") and len(ends) > 10:
+            switch["base_s"] = median(b - a for a, b in zip(ends[-10:], ends[-9:], strict=False))
             switch["step"] = step
         if delay_s:  # sleep(0) yields the CPU: behind busy neighbours, for their whole turn
             time.sleep(delay_s)
         step += 1
         yield x
-    for _ in range(slow_steps):  # until the slowdown is captured and its export is under way
-        if slower_delay_s or delay_s:
-            time.sleep(slower_delay_s or delay_s)
+    slow_s = slower_delay(switch["base_s"]) if slower_delay is not None else delay_s
+    while slowdown_capture(tmp_path, switch) is None:
+        assert time.monotonic() < deadline, f"no slowdown capture in {GUARD_S:.0f} s: {switch}"
+        if slow_s:
+            time.sleep(slow_s)
         yield x
-        if any(p.name.endswith("-slowdown") for p in tmp_path.iterdir()):
-            break
 
 
 def slowdown_run(tmp_path: Path, *, extra_mm: bool = False,
-                 slower_delay_s: float = 0.0) -> tuple[StepProfiler, dict]:
+                 slower_delay: Callable[[float], float] | None = None,
+                 ) -> tuple[StepProfiler, dict]:
     switch: dict = {}
-    loader = after_baseline(tmp_path, switch, delay_s=0.002, slower_delay_s=slower_delay_s)
-    prof = run(tmp_path, loader, extra_mm_from=(lambda step: switch.get("step") is not None
-                                                and step >= switch["step"]) if extra_mm else None,
-               schedule=None, slowdown=DETECT, capture_steps=3)
+    loader = after_baseline(tmp_path, switch, delay_s=0.002, slower_delay=slower_delay)
+
+    def extra_work(step: int) -> float:  # sized on the run's own speed, not on this machine's
+        first = switch.get("step")
+        return SLOW_FACTOR * switch["base_s"] if first is not None and step >= first else 0.0
+
+    prof = run(tmp_path, loader, extra_work=extra_work if extra_mm else None, schedule=None,
+               slowdown=DETECT, capture_steps=3, max_captures=100, on_finding=follow(switch))
     captures = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step"))
     assert captures[0].endswith("-baseline"), captures  # taken automatically after warm-up
-    assert any(c.endswith("-slowdown") for c in captures), (captures, prof.findings)
-    [diagnosis] = [f for f in prof.findings if f.kind == SLOWDOWN_DIAGNOSIS]
+    after = slowdown_capture(tmp_path, switch)
+    assert after is not None, (captures, prof.findings)
+    # the machine's own slowdowns before the change may have been diagnosed too: this is the
+    # diagnosis of the capture of the steps after it
+    [diagnosis] = [f for f in prof.findings
+                   if f.kind == SLOWDOWN_DIAGNOSIS and f.details["after"] == after]
     assert diagnosis.severity == "warning"
     assert diagnosis.details["before"] == captures[0]
     assert diagnosis.details["before_verdict"]["kind"] and diagnosis.details["after_verdict"]["kind"]
@@ -153,6 +213,9 @@ def test_extra_matmuls_diagnosed_as_matmul_growth(tmp_path):
     # the code changed, not the machine: the growth sits in the new matmuls
     assert details["growth"]["pattern"] == "concentrated", details["growth"]
     assert "aten::mm" in details["growth"]["concentrated_in"]
+
+
+MAX_COTENANTS = 32
 
 
 def cotenants(count: int, cpu: int) -> list[subprocess.Popen]:
@@ -170,22 +233,33 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
 
     def loader() -> Iterator[torch.Tensor]:
         # batches ready at once (not slept for: contention stretches work, a sleep it delays)
+        spawned, steps = 0.0, 0
         for x in after_baseline(tmp_path, switch, delay_s=0.0, width=1024):
-            if switch.get("step") is not None and not neighbours:
-                neighbours.extend(cotenants(4, cpu))  # ~5x: five processes share one core
+            first = switch.get("step")
+            if first is not None and len(neighbours) < MAX_COTENANTS:
+                steps += 1
+                # four more each 0.5 s and 3 steps until a slowdown after the change is alerted
+                # (the core may have been shared already): ~5x the first time on a calm machine
+                if not neighbours or (time.perf_counter() - spawned > 0.5 and steps >= 3
+                                      and max(switch.get("alerts", [-1])) < first):
+                    neighbours.extend(cotenants(4, cpu))
+                    spawned, steps = time.perf_counter(), 0
             yield x
 
     os.sched_setaffinity(0, {cpu})
     try:
         # steps of tens of ms, several of the scheduler's time slices: every step is slowed alike
-        prof = run(tmp_path, loader(), schedule=None, slowdown=DETECT, capture_steps=3, width=1024)
+        prof = run(tmp_path, loader(), schedule=None, slowdown=DETECT, capture_steps=3, width=1024,
+                   max_captures=100, on_finding=follow(switch))
     finally:
         for proc in neighbours:
             proc.kill()
             proc.wait()
         os.sched_setaffinity(0, affinity)
     assert neighbours, "the baseline capture never came"
-    [diagnosis] = [f for f in prof.findings if f.kind == SLOWDOWN_DIAGNOSIS]
+    after = slowdown_capture(tmp_path, switch)
+    [diagnosis] = [f for f in prof.findings
+                   if f.kind == SLOWDOWN_DIAGNOSIS and f.details["after"] == after]
     growth = diagnosis.details["growth"]
     assert growth["pattern"] == "uniform", (growth, diagnosis.details["changes"])
     # five processes on one core, yet each op only 1.7-3.3x slower in 16 runs (the scheduler
@@ -196,11 +270,17 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
 
 
 def test_slower_loader_diagnosed_as_data_wait_growth(tmp_path):
-    _, details = slowdown_run(tmp_path, slower_delay_s=0.03)
+    delays: list[float] = []
+
+    def slower(base_s: float) -> float:  # 30 ms, or longer where a step takes longer here
+        delays.append(max(0.03, SLOW_FACTOR * base_s))
+        return delays[-1]
+
+    _, details = slowdown_run(tmp_path, slower_delay=slower)
     first = details["changes"][0]
     assert first["what"] == "data wait", details["changes"][:3]
     assert details["growth"]["pattern"] == "concentrated", details["growth"]  # not the machine
-    assert first["delta_ms"] > 20
+    assert first["delta_ms"] > 20 and first["delta_ms"] > 2 / 3 * delays[0] * 1e3, delays
 
 
 def test_baseline_capture_counts_towards_max_captures(tmp_path):

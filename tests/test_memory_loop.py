@@ -14,8 +14,8 @@ from profcallbacks.detect.memory import read_rss_mb
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
 from profcallbacks.layout import findings_file, steps_file
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report.html import render_html
-from profcallbacks.report.text import render_text
+from profcallbacks.report.render.html import render_html
+from profcallbacks.report.render.text import render_text
 
 
 def test_leaky_loop_is_flagged_with_its_rate_and_the_keeping_line(tmp_path):

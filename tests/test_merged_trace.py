@@ -16,7 +16,7 @@ from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks.capture.merge import merge_capture
 from profcallbacks.layout import MERGED_FILE, TRACE_FILE
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report.text import render_text
+from profcallbacks.report.render.text import render_text
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parent / "dist_scripts" / "merged_trace_dist.py"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from profcallbacks.report import build_report, decode, locate_run
-from profcallbacks.report.reading import ReadError
+from profcallbacks.report import build_report, locate_run
+from profcallbacks.report.read import decode
+from profcallbacks.report.read.files import ReadError
 
 GPU_TRACES = Path(__file__).parent / "data" / "gpu-traces"
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 1, "tid": 1, "ts": 0,

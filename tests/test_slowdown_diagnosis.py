@@ -17,8 +17,8 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import BASELINE, SLOWDOWN
 from profcallbacks.findings import SLOWDOWN_DIAGNOSIS
 from profcallbacks.report.build import build_report, locate_run
+from profcallbacks.report.capture_findings import capture_findings
 from profcallbacks.report.compare import ALL_OPERATORS, compare_reports
-from profcallbacks.report.live import capture_findings
 
 WINDOWS = Schedule(skip_first=2, wait=3, warmup=1, active=3, repeat=2)  # steps 6-8 and 13-15
 

@@ -123,8 +123,8 @@ def test_the_headline_says_when_most_steps_were_far_slower_than_the_captured_one
     """Short steps captured at steps 2-4, then 12 of 20 steps take 0.5 s more."""
     from profcallbacks import Schedule
     from profcallbacks.report import build_report, locate_run
-    from profcallbacks.report.html import render_html
-    from profcallbacks.report.text import render_text
+    from profcallbacks.report.render.html import render_html
+    from profcallbacks.report.render.text import render_text
 
     prof = StepProfiler(tmp_path, schedule=Schedule(skip_first=2, warmup=0, active=3),
                         log_every_n_steps=2, tensorboard_scalars=False, stall=None,

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import SlowdownConfig, StepProfiler
-from profcallbacks.run.session import BLOCK_STEPS
+from profcallbacks.run.blocks import BLOCK_STEPS
 
 
 def tensorboard_scalars(logdir):

@@ -129,7 +129,7 @@ def test_two_process_gloo_run_flags_the_slow_rank(tmp_path):
 @pytest.mark.parametrize("slow_factor, expected", [(1.12, []), (1.20, [2])])
 def test_live_check_and_report_apply_one_rule(slow_factor, expected):
     """A rank 12% slower is a straggler for neither; 20% slower, for both (once 1.10 vs 1.15)."""
-    from profcallbacks.report.stats import rank_comparison
+    from profcallbacks.report.analyse.stats import rank_comparison
 
     medians_s = [0.100, 0.100, 0.100 * slow_factor]
     per_rank = [{"rank": r, "mean_ms": m * 1e3, "median_ms": m * 1e3, "data_wait_ms": 0.0,

@@ -12,7 +12,7 @@ from profcallbacks.cli import main
 from profcallbacks.detect.sync_audit import audit_findings_of
 from profcallbacks.findings import SYNC_AUDIT
 from profcallbacks.report import build_report, locate_run
-from profcallbacks.report.text import render_text
+from profcallbacks.report.render.text import render_text
 from sync_scenario import location
 
 OPTIONS = dict(schedule=None, tensorboard_scalars=False, slowdown=None, stall=None,
@@ -152,8 +152,8 @@ def test_more_rounds_than_the_give_up_count_all_run(tmp_path):
 
 def test_legend_colours_are_distinct_per_kind(tmp_path):
     from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, SYNC_POINT
-    from profcallbacks.report.html import render_html
-    from profcallbacks.report.plot import finding_colours
+    from profcallbacks.report.render.html import render_html
+    from profcallbacks.report.render.plot import finding_colours
 
     kinds = {CAPTURE_VERDICT, SYNC_POINT, SLOWDOWN_DIAGNOSIS, SYNC_AUDIT, "mine", "yours"}
     colours = finding_colours(kinds)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from profcallbacks import SyncAuditConfig
-from profcallbacks.detect.sync_audit import SyncAuditor, known_fix
+from profcallbacks.detect.sync_audit import SyncAuditor
+from profcallbacks.detect.sync_fixes import known_fix
 
 
 def test_the_default_audit_budget_is_6_steps():

@@ -116,7 +116,8 @@ def test_foreign_directory_of_traces_is_one_capture_per_directory(tmp_path, caps
 def test_single_trace_file_and_verdict_first_in_text(capsys):
     assert main(["report", str(trace_path("alexnet_critical_path"))]) == 0
     text = capsys.readouterr().out
-    assert text.splitlines()[0].startswith("Verdict: HOST_BOUND")
+    lines = text.splitlines()  # the header, then the verdict
+    assert lines[0].startswith("profcallbacks report: ") and lines[3].startswith("Verdict: HOST_BOUND")
     assert "GPU alexnet_critical_path.pt.trace.json.gz: idle 99.5%" in text
 
 
@@ -208,7 +209,7 @@ def test_html_verdict_panel_comes_first(tmp_path):
 
 
 def test_open_stall_episode_drawn_to_the_last_step():
-    from profcallbacks.report.plot import step_time_svg
+    from profcallbacks.report.render.plot import step_time_svg
 
     def finding(kind, step, **details):
         return {"kind": kind, "step": step, "rank": 0, "severity": "warning", "message": "m",
@@ -246,7 +247,7 @@ def _gpu(**shares):
     (_gpu(idle_share=0.6), "host_bound"),
 ])
 def test_verdict_thresholds(gpu, kind):
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 5.0, "cpu_ops_ms": 60.0, "sync_ms": 2.0, "gpu": gpu,
                "top_cpu_ops": [], "top_syncs": []}
@@ -256,7 +257,7 @@ def test_verdict_thresholds(gpu, kind):
 
 
 def test_sync_bound_evidence_names_the_users_lines():
-    from profcallbacks.report.verdict import decide
+    from profcallbacks.report.analyse.verdict import decide
 
     metrics = {"step_ms": 100.0, "data_wait_ms": 0.0, "cpu_ops_ms": 20.0, "sync_ms": 40.0,
                "gpu": _gpu(idle_share=0.45), "top_cpu_ops": [],

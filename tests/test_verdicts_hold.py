@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from profcallbacks import Schedule, StallConfig, StepProfiler
 from profcallbacks.findings import DATALOADER_STALL
 from profcallbacks.report import build_report, locate_run, render_text
-from profcallbacks.report.advice import RunContext, run_context, verdict_advice
-from profcallbacks.report.verdict import KINDS, MARGIN, decide
+from profcallbacks.report.analyse.advice import RunContext, run_context, verdict_advice
+from profcallbacks.report.analyse.verdict import KINDS, MARGIN, decide
 
 GLOO_SCRIPT = Path(__file__).parent / "dist_scripts" / "gloo_ddp_plain.py"
 GPU_WORDS = ("pin_memory", "GPU", "CUDA", "cuda", "non_blocking", "on the device")

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open(args: argparse.Namespace) -> int:
-    from profcallbacks.report.safe import visible
+    from profcallbacks.report.render.safe import visible
     from profcallbacks.viewer import ChoiceError, ServeError, choose_trace, serve_once
 
     if not 0 <= args.port < 65536:
@@ -100,9 +100,9 @@ def _open(args: argparse.Namespace) -> int:
 
 def _several_runs(path: Path, args: argparse.Namespace) -> int | None:
     """Lists the runs below ``path`` with their headlines when it holds more than one."""
-    from profcallbacks.report.logdir import find_runs
+    from profcallbacks.report.read.logdir import find_runs
+    from profcallbacks.report.render.safe import dumps_strict, visible
     from profcallbacks.report.runs import render_runs_text, run_headlines
-    from profcallbacks.report.safe import dumps_strict, visible
 
     try:
         runs = find_runs(path) if path.is_dir() else []
@@ -133,7 +133,7 @@ def _positive(text: str) -> float:
 
 def _load(path: Path, top: int, peak_tflops: float | None = None) -> dict[str, Any] | None:
     from profcallbacks.report import NoRunError, build_report, locate_run
-    from profcallbacks.report.safe import visible
+    from profcallbacks.report.render.safe import visible
 
     try:
         report = build_report(locate_run(path), top=top, peak_tflops=peak_tflops)
@@ -161,7 +161,7 @@ def _emit(text: str, output: Path | None) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from profcallbacks.report import render_html, render_text
-    from profcallbacks.report.safe import dumps_strict
+    from profcallbacks.report.render.safe import dumps_strict
 
     listed = _several_runs(args.logdir, args)
     if listed is not None:
@@ -169,6 +169,10 @@ def _report(args: argparse.Namespace) -> int:
     report = _load(args.logdir, args.top, args.peak_tflops)
     if report is None:
         return 2
+    if not report["readable"] and args.format != "json":  # a blank report would say nothing
+        print(f"profcallbacks: no report: nothing in {args.logdir} could be read (the reasons "
+              "are above)", file=sys.stderr)
+        return 1
     if args.format == "json":
         text = dumps_strict(report, indent=2) + "\n"  # NaN/Infinity as null: strict JSON
     elif args.format == "html":
@@ -186,7 +190,7 @@ def _compare(args: argparse.Namespace) -> int:
     from profcallbacks.report import compare_reports, render_compare_text
     from profcallbacks.report.compare import ALL_OPERATORS
     from profcallbacks.report.gate import gate
-    from profcallbacks.report.safe import dumps_strict
+    from profcallbacks.report.render.safe import dumps_strict
 
     a, b = _load(args.run_a, ALL_OPERATORS), _load(args.run_b, ALL_OPERATORS)
     gating = args.fail_if_slower is not None or bool(args.fail_on_new_findings)

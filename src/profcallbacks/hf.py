@@ -24,14 +24,8 @@ from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 from profcallbacks.integrations.report_to import report_to_sinks
 from profcallbacks.options.bounds import check_capture_steps
-from profcallbacks.options.budget import ByteBudget
-from profcallbacks.options.memory import MemoryConfig
-from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
-from profcallbacks.options.schedule import Schedule
-from profcallbacks.options.slowdown import SlowdownConfig
-from profcallbacks.options.stall import StallConfig
-from profcallbacks.options.sync_audit import SyncAuditConfig
-from profcallbacks.options.trace import TraceOptions
+from profcallbacks.options.front_end import ProfilerOptions, Unpack, takes_profiler_options
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.session import ProfilingSession
 from profcallbacks.run.sinks import MetricsSink
 
@@ -58,26 +52,18 @@ class ProfilerCallback(TrainerCallback):
     or at once by :meth:`close`.
 
     Example:
+        >>> from profcallbacks import Schedule
         >>> cb = ProfilerCallback(schedule=Schedule(skip_first=10, active=3))
         >>> Trainer(model, args, train_dataset=ds, callbacks=[cb]).train()  # doctest: +SKIP
         >>> cb.findings, cb.captures                                        # doctest: +SKIP
     """
 
+    @takes_profiler_options
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
-                 schedule: Schedule | None = DEFAULTS.schedule, trace: TraceOptions = DEFAULTS.trace,
-                 max_captures: int = 10, capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
-                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
-                 ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = DEFAULTS.stall,
-                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
-                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
-                 capture_validation: bool = False,
-                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
-                 budget: ByteBudget | None = DEFAULTS.budget,
-                 on_finding: FindingHandler | None = None,
-                 metrics_sink: MetricsSink | None = None) -> None:
-        self.config = ProfilerConfig.from_arguments(locals())
+                 on_finding: FindingHandler | None = None, metrics_sink: MetricsSink | None = None,
+                 **options: Unpack[ProfilerOptions]) -> None:
+        self.config = ProfilerConfig.from_arguments(type(self).__name__, dict(options),
+                                                    logdir=logdir, on_finding=on_finding)
         self._metrics_sink = check_metrics_sink(type(self).__name__, metrics_sink)
         self.logdir = None if logdir is None else Path(logdir)
         self.session: ProfilingSession | None = None
@@ -223,10 +209,6 @@ class ProfilerCallback(TrainerCallback):
             return  # the Trainer decides after this hook whether to save: on_save resumes, or
             # the next on_step_begin when it does not save
         self.session.resume()
-
-
-HFProfilerCallback = ProfilerCallback
-"""The same callback, by a name that says which framework it is for."""
 
 
 class _LatestMetrics:

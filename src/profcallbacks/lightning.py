@@ -26,14 +26,8 @@ from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_qu
 from profcallbacks.integrations.lightning_loggers import LoggerFindings
 from profcallbacks.lightning_fetch import FetchTimer
 from profcallbacks.options.bounds import check_capture_steps
-from profcallbacks.options.budget import ByteBudget
-from profcallbacks.options.memory import MemoryConfig
-from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
-from profcallbacks.options.schedule import Schedule
-from profcallbacks.options.slowdown import SlowdownConfig
-from profcallbacks.options.stall import StallConfig
-from profcallbacks.options.sync_audit import SyncAuditConfig
-from profcallbacks.options.trace import TraceOptions
+from profcallbacks.options.front_end import ProfilerOptions, Unpack, takes_profiler_options
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.session import ProfilingSession
 from profcallbacks.run.sinks import MetricsSink
 
@@ -58,27 +52,18 @@ class ProfilerCallback(Callback):
     Trainer (:class:`~profcallbacks.integrations.lightning_loggers.LoggerFindings`).
 
     Example:
+        >>> from profcallbacks import Schedule
         >>> callback = ProfilerCallback(schedule=Schedule(skip_first=10, active=5))
         >>> trainer = Trainer(callbacks=[callback])     # doctest: +SKIP
         >>> trainer.fit(model); callback.findings       # doctest: +SKIP
     """
 
+    @takes_profiler_options
     def __init__(self, logdir: str | os.PathLike[str] | None = None, *,
-                 schedule: Schedule | None = DEFAULTS.schedule,
-                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
-                 capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
-                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
-                 ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = DEFAULTS.stall,
-                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
-                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
-                 capture_validation: bool = False,
-                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
-                 budget: ByteBudget | None = DEFAULTS.budget,
-                 on_finding: FindingHandler | None = None,
-                 metrics_sink: MetricsSink | None = None) -> None:
-        self.config = ProfilerConfig.from_arguments(locals())
+                 on_finding: FindingHandler | None = None, metrics_sink: MetricsSink | None = None,
+                 **options: Unpack[ProfilerOptions]) -> None:
+        self.config = ProfilerConfig.from_arguments(type(self).__name__, dict(options),
+                                                    logdir=logdir, on_finding=on_finding)
         self._metrics_sink = check_metrics_sink(type(self).__name__, metrics_sink)
         self.logdir: Path | None = Path(logdir) if logdir is not None else None
         self.session: ProfilingSession | None = None
@@ -263,7 +248,3 @@ class ProfilerCallback(Callback):
         return any(isinstance(logger, TensorBoardLogger)
                    and Path(logger.log_dir).resolve() == logdir.resolve()
                    for logger in trainer.loggers)
-
-
-LightningProfilerCallback = ProfilerCallback
-"""The same callback, by a name that says which framework it is for."""

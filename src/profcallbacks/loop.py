@@ -16,14 +16,8 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import MANUAL
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
-from profcallbacks.options.budget import ByteBudget
-from profcallbacks.options.memory import MemoryConfig
-from profcallbacks.options.profiler import DEFAULTS, ProfilerConfig
-from profcallbacks.options.schedule import Schedule
-from profcallbacks.options.slowdown import SlowdownConfig
-from profcallbacks.options.stall import StallConfig
-from profcallbacks.options.sync_audit import SyncAuditConfig
-from profcallbacks.options.trace import TraceOptions
+from profcallbacks.options.front_end import ProfilerOptions, Unpack, takes_profiler_options
+from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.session import ProfilingSession
 from profcallbacks.run.sinks import MetricsSink
 
@@ -71,28 +65,10 @@ class StepProfiler:
 
     Args:
         logdir: Directory for traces, scalars and findings (created if missing).
-        schedule: Scheduled captures (``None``: only on demand).
-        trace: What each capture records.
-        max_captures: Most captures in the run, whatever triggers them.
-        capture_steps: Steps recorded by ``capture()``, the CAPTURE file and slowdown alerts.
-        watch_capture_file: Capture when a file named ``CAPTURE`` appears in ``logdir``.
-        capture_file_poll_s: Seconds between checks for that file.
-        log_every_n_steps: Steps per step-time summary (``None``: 50, or as many as last
-            0.2 s when steps are shorter than 4 ms).
-        tensorboard_scalars: Write ``profcallbacks/*`` scalars to ``logdir`` for TensorBoard.
-        capture_on_slowdown: Capture the slow steps when a slowdown is detected.
-        ranks: Global ranks that write traces (``None``: all).
-        stall: Dataloader-stall detection settings (``None``: off).
-        slowdown: Step-slowdown alert settings (``None``: off).
-        sync_audit: Look for host-device sync points in the user's code.
-        capture_validation: Capture each validation/evaluation run between training steps in a
-            window of its own (``stepNNNNNN-validation``).
-        memory: Memory numbers with each step summary and ``memory_creep`` alerts, with a
-            short capture of the lines that keep the memory (``None``: off).
-        baseline_capture: Capture a few healthy steps after the slowdown detector's warm-up
-            when no capture was taken yet, so a later slowdown capture can be explained.
-        budget: Bytes each capture and the log directory may take, and the merged trace
-            of all ranks (``None``: unbounded); see docs/traces.md.
+        **options: Every option of :class:`~profcallbacks.options.profiler.ProfilerConfig`
+            (``schedule``, ``trace``, ``max_captures``, ``stall``, ``slowdown``, ``sync_audit``,
+            ``memory``, ``budget``, ...), by keyword, documented and validated there
+            (declared once in :mod:`profcallbacks.options.front_end`).
         on_finding: Called with each :class:`Finding` as it is made.
         metrics_sink: Called with each summary's scalars and its last step,
             ``sink({"profcallbacks/step_time_ms": 4.2, ...}, 199)`` (a ``MetricsSink``). A
@@ -102,27 +78,19 @@ class StepProfiler:
             is closed when the profiler closes.
 
     Example:
+        >>> from profcallbacks import Schedule
         >>> prof = StepProfiler("runs/exp1", schedule=Schedule(skip_first=10, active=5))
         >>> with prof:                                   # doctest: +SKIP
         ...     for batch in prof.wrap(loader):
         ...         train_step(batch); prof.step()
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], *, schedule: Schedule | None = DEFAULTS.schedule,
-                 trace: TraceOptions = DEFAULTS.trace, max_captures: int = 10,
-                 capture_steps: int = 3, watch_capture_file: bool = True,
-                 capture_file_poll_s: float = 1.0, log_every_n_steps: int | None = None,
-                 tensorboard_scalars: bool = True, capture_on_slowdown: bool = True,
-                 ranks: tuple[int, ...] | None = None,
-                 stall: StallConfig | None = DEFAULTS.stall,
-                 slowdown: SlowdownConfig | None = DEFAULTS.slowdown,
-                 sync_audit: SyncAuditConfig | bool | None = DEFAULTS.sync_audit,
-                 capture_validation: bool = False,
-                 memory: MemoryConfig | None = DEFAULTS.memory, baseline_capture: bool = True,
-                 budget: ByteBudget | None = DEFAULTS.budget,
-                 on_finding: FindingHandler | None = None,
-                 metrics_sink: MetricsSink | None = None) -> None:
-        config = ProfilerConfig.from_arguments(locals(), logdir_required=True)
+    @takes_profiler_options
+    def __init__(self, logdir: str | os.PathLike[str], *, on_finding: FindingHandler | None = None,
+                 metrics_sink: MetricsSink | None = None,
+                 **options: Unpack[ProfilerOptions]) -> None:
+        config = ProfilerConfig.from_arguments(type(self).__name__, dict(options), logdir=logdir,
+                                               on_finding=on_finding, logdir_required=True)
         self._metrics_sink = check_metrics_sink("StepProfiler", metrics_sink)
         rank = RankInfo.detect()
         self.session = ProfilingSession(config, Path(logdir), rank=rank, on_finding=on_finding,

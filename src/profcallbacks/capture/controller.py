@@ -15,10 +15,11 @@ from profcallbacks.capture.agreement import TriggerAgreement
 from profcallbacks.capture.budget import CaptureBudget
 from profcallbacks.capture.capture_file import CaptureFileTrigger
 from profcallbacks.capture.exporter import TraceExporter
+from profcallbacks.capture.findings_track import MAX_FINDINGS
 from profcallbacks.capture.planner import CapturePlanner, Window
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.trace_capture import TraceCapture, wall_ns
-from profcallbacks.capture.trace_writer import remove_raw
+from profcallbacks.capture.trace_writer import CaptureHook, remove_raw
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.signals import TerminationGuard, held_signals
 from profcallbacks.core.triggers import FILE, CaptureRequest
@@ -50,9 +51,9 @@ class CaptureController:
     """
 
     def __init__(self, config: ProfilerConfig, logdir: Path, rank: RankInfo, *,
-                 analysis: str | None = None) -> None:
+                 analysis: CaptureHook | None = None) -> None:
         self._config = config
-        self._analysis = analysis  # "module:function" run on each published capture, or None
+        self._analysis = analysis  # run by the export helper on each published capture, or None
         self._logdir = logdir
         self._rank = rank
         self._planner = CapturePlanner(config.schedule, max_captures=config.max_captures)
@@ -72,6 +73,8 @@ class CaptureController:
         self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
         """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
         self._guard = TerminationGuard(lambda: self.on_terminate())
+        self.run_findings: Callable[[], list[Finding]] = list
+        """The run's findings so far (the session sets it): each capture's track shows them."""
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -327,11 +330,21 @@ class CaptureController:
         raw_bytes = sum(size for _, size in pieces)
         info = replace(self._info(capture, partial=partial),
                        pieces=tuple(str(raw) for raw, _ in pieces[:-1]),
-                       budget=self._budget.metadata(capture.window) if self._budget else None)
+                       budget=self._budget.metadata(capture.window) if self._budget else None,
+                       findings=self._track_findings())
         self._exporter.queue(pieces[-1][0], raw_bytes, info)
         if self._budget is not None:
             self._budget.recorded(info.name, trace_file_name(self._rank.worker, info.first_step),
                                   capture.options, steps=len(capture.spans), raw_bytes=raw_bytes)
+
+    def _track_findings(self) -> tuple[dict[str, Any], ...]:
+        """This rank's latest findings, as the capture's findings track takes them."""
+        try:
+            mine = [f for f in self.run_findings() if f.rank == self._rank.rank]
+            return tuple(f.to_dict() for f in mine[-MAX_FINDINGS:])
+        except Exception as exc:  # the track is never worth the capture
+            log.warning("profcallbacks: the findings track is left out (%s).", exc)
+            return ()
 
     def _info(self, capture: TraceCapture, *, partial: bool) -> CaptureInfo:
         window = capture.window

@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from profcallbacks.capture.postprocess import CaptureInfo
 from profcallbacks.capture.published import AfterPublish
 from profcallbacks.capture.trace_writer import (
+    CaptureHook,
     CaptureWriter,
-    load_hook,
     new_raw_trace_path,
     remove_raw,
     rescue_raw,
 )
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
 from profcallbacks.options.budget import ByteBudget
@@ -70,7 +70,7 @@ class TraceExporter:
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 analysis: str | None = None, budget: ByteBudget | None = None):
+                 analysis: CaptureHook | None = None, budget: ByteBudget | None = None):
         self._logdir = logdir
         self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis,
                                  budget)
@@ -341,10 +341,10 @@ def _start_channel(on_message: Callable[[Message], None]) -> _Channel:
 def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None]) -> None:
     """The helper's loop: ``config``, then ``export`` jobs, until ``close`` or the end.
 
-    The live capture analysis is imported at the first export, not at start-up.
+    The config message carries the live capture analysis (a module-level function: pickled by
+    its name, imported again in the helper process).
     """
     writer: CaptureWriter | None = None
-    analysis: str | None = None
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -356,14 +356,13 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     while (message := receive()) is not None:
         kind = message[0]
         if kind == "config":
-            analysis = message[4]
+            analysis: CaptureHook | None = message[4]
             budget: ByteBudget | None = message[5]
             writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
                                    publish_timeout_s=message[3], after_publish=AfterPublish(
-                                       Path(message[1]), budget) if budget is not None else None)
+                                       Path(message[1]), budget) if budget is not None else None,
+                                   on_published=analysis)
         elif kind == "export" and writer is not None:
-            if writer.on_published is None:
-                writer.on_published = load_hook(analysis)
             info: CaptureInfo = message[2]
             writer.export(Path(message[1]), info)
             report("done", info.name)

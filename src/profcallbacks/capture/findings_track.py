@@ -5,14 +5,17 @@ timeline, beside the steps they are about, instead of finding them again by hand
 
 - a process ``profcallbacks findings (rank R)``, sorted above the others, one thread per kind;
 - a slice per finding that covers steps (a stall episode's ``first_step``-``last_step``), over the
-  captured part of those steps;
+  captured part of those steps; a stall episode not cleared when the window closed holds on
+  through the capture, and one cleared later ends at the cleared finding's ``last_step``;
 - an instant per sync point, at the start of each captured step it recurs in (at its own step when
   that was captured), named by its ``file:line``;
 - the capture's verdict as a slice over the captured steps, and one slice per diagnosis;
 - the whole text of each in ``args``.
 
 The events use the category :data:`TRACK_CATEGORY`, which the report and HTA leave out of every
-number. Pure: plain dicts in, Chrome trace events out.
+number. Pure: plain dicts in, Chrome trace events out; :func:`capture_track` reads them off a
+capture's :class:`~profcallbacks.core.capture_info.CaptureInfo` and its live findings, and
+:func:`append_events` adds them to an encoded trace.
 
 Example:
     >>> steps = [(31, 0.0, 50.0), (32, 50.0, 101.0)]
@@ -25,15 +28,28 @@ Example:
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from profcallbacks.findings import SYNC_POINT
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.trace_names import FINDINGS_TRACK
+from profcallbacks.findings import (
+    CAPTURE_VERDICT,
+    DATALOADER_STALL,
+    DATALOADER_STALL_CLEARED,
+    SYNC_POINT,
+    Finding,
+)
 
-TRACK_CATEGORY = "profcallbacks_finding"
+TRACK_CATEGORY = FINDINGS_TRACK
 """Category of every event of the findings track."""
 TRACK_PID = 1 << 30
 """Process id of the findings track: far above real process ids, so it never joins one."""
+
+MAX_FINDINGS = 500
+"""A capture carries at most this many of its rank's latest findings to its track."""
 
 _VERDICT_TID = 1
 _DIAGNOSES_TID = 2
@@ -73,10 +89,12 @@ def findings_track(steps: Sequence[Step], findings: Sequence[dict[str, Any]], *,
         rows[_DIAGNOSES_TID] = [_slice(_diagnosis_label(d), start, end, d) for d in diagnoses]
         names[_DIAGNOSES_TID] = "diagnoses"
     kinds: dict[str, int] = {}
-    for finding in findings:
-        if finding.get("rank") != rank:
-            continue
-        event = _finding_event(finding, bounds, steps)
+    mine = [f for f in findings if f.get("rank") == rank]
+    ends = _episode_ends(mine)
+    for finding in mine:
+        if finding.get("kind") == DATALOADER_STALL_CLEARED and _first(finding) in ends:
+            continue  # its episode's slice ends where it says
+        event = _finding_event(finding, bounds, steps, ends)
         if event is None:
             continue
         kind = str(finding.get("kind"))
@@ -94,13 +112,75 @@ def findings_track(steps: Sequence[Step], findings: Sequence[dict[str, Any]], *,
     return out
 
 
+def capture_track(info: CaptureInfo, base_ns: int, found: Sequence[Finding]) -> list[dict[str, Any]]:
+    """The findings track of the capture ``info``: the run's findings it carries, and the verdict
+    and diagnoses of its live analysis (``found``, its ``capture_verdict`` among them).
+
+    Args:
+        info: The capture window, with the run's findings when it closed.
+        base_ns: The trace's ``baseTimeNanoseconds`` (event times are microseconds after it).
+        found: Findings of the capture's live analysis.
+    """
+    steps = [(span.step, (span.start_ns - base_ns) / 1000.0, (span.end_ns - base_ns) / 1000.0)
+             for span in info.steps]
+    verdict = next((f.details for f in found if f.kind == CAPTURE_VERDICT), None)
+    diagnoses = [d for d in (verdict or {}).get("diagnoses") or [] if isinstance(d, dict)]
+    return findings_track(steps, info.findings, rank=info.rank.rank, verdict=verdict,
+                          diagnoses=diagnoses)
+
+
+def append_events(encoded: bytes, events: Sequence[dict[str, Any]]) -> bytes:
+    """``encoded`` (a compact JSON trace whose last key is ``traceEvents``) with ``events`` at the
+    end of its events; ``encoded`` itself where there are none or it does not end that way."""
+    if not events or not encoded.endswith(b"]}"):
+        return encoded
+    extra = json.dumps(_finite(list(events)), separators=(",", ":"), default=str,
+                       allow_nan=False).encode()[1:-1]
+    empty = encoded[:-2].rstrip().endswith(b"[")
+    return encoded[:-2] + (b"" if empty else b",") + extra + b"]}"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as ``null`` (JSON has no word for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _first(finding: dict[str, Any]) -> Any:
+    details = finding.get("details")
+    return details.get("first_step") if isinstance(details, dict) else None
+
+
+def _episode_ends(findings: Sequence[dict[str, Any]]) -> dict[Any, float]:
+    """The last step of each stall episode (by its first step): where it cleared, or infinity
+    while it holds."""
+    ends: dict[Any, float] = {}
+    for finding in findings:
+        first = _first(finding)
+        if not isinstance(first, int):
+            continue
+        if finding.get("kind") == DATALOADER_STALL:
+            ends.setdefault(first, math.inf)
+        elif finding.get("kind") == DATALOADER_STALL_CLEARED and first in ends:
+            last = (finding.get("details") or {}).get("last_step")
+            ends[first] = float(last) if isinstance(last, int) else math.inf
+    return ends
+
+
 def _finding_event(finding: dict[str, Any], bounds: dict[int, tuple[float, float]],
-                   steps: Sequence[Step]) -> dict[str, Any] | None:
+                   steps: Sequence[Step], ends: dict[Any, float]) -> dict[str, Any] | None:
     """A slice over the captured steps a finding covers, an instant for a sync point, or None."""
     raw = finding.get("details")
     details: dict[str, Any] = raw if isinstance(raw, dict) else {}
     step = finding.get("step")
     first, last = details.get("first_step"), details.get("last_step")
+    if finding.get("kind") == DATALOADER_STALL and isinstance(first, int):
+        last = ends.get(first, last)  # still holding when the window closed, or where it cleared
     kind = str(finding.get("kind"))
     if kind == SYNC_POINT:
         where = str(details.get("location") or "sync point")
@@ -110,7 +190,7 @@ def _finding_event(finding: dict[str, Any], bounds: dict[int, tuple[float, float
         ts = at[0] if at is not None else steps[0][1]  # a per-step sync recurs in every step
         return {"ph": "i", "s": "t", "cat": TRACK_CATEGORY, "name": f"sync: {where}", "pid": TRACK_PID,
                 "ts": ts, "args": _args(finding)}
-    if isinstance(first, int) and isinstance(last, int):
+    if isinstance(first, int) and isinstance(last, (int, float)):
         covered = [(s, e) for n, s, e in steps if first <= n <= last]
     elif isinstance(step, int) and step in bounds:
         covered = [bounds[step]]

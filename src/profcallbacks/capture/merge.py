@@ -28,8 +28,9 @@ from typing import Any
 from profcallbacks.capture.trace_writer import GZIP_LEVEL, _decode, _encode
 from profcallbacks.capture.trimming import FILL
 from profcallbacks.core.safefs import create_exclusive, fresh_name, read_regular, remove_own
+from profcallbacks.core.trace_names import GLOO_PREFIX, KERNEL, NCCL_KERNEL_PREFIX
+from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
 
-_STEP = "ProfilerStep#"
 _CHUNK_EVENTS = 20_000
 MAX_INPUT_BYTES = 1 << 32
 """Largest rank file merged (4 GiB on disk)."""
@@ -58,9 +59,9 @@ def is_collective(event: dict[str, Any]) -> str | None:
     name = event.get("name")
     if not isinstance(name, str):
         return None
-    if event.get("cat") == "kernel" and name.startswith("nccl"):
+    if event.get("cat") == KERNEL and name.startswith(NCCL_KERNEL_PREFIX):
         return "gpu"
-    if name.startswith("gloo:"):
+    if name.startswith(GLOO_PREFIX):
         return "cpu"
     return None
 

@@ -7,7 +7,7 @@ from typing import Any
 from profcallbacks.core.capture_info import CaptureInfo, StepSpan
 from profcallbacks.core.trace_names import DATALOADER_PREFIXES
 
-__all__ = ["DATALOADER_PREFIXES", "CaptureInfo", "StepSpan", "postprocess"]
+__all__ = ["postprocess"]
 
 
 def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:

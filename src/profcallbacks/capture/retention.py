@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profcallbacks.core.safefs import open_append, remove_own, write_all
+from profcallbacks.core.triggers import BASELINE, MEMORY, SCHEDULE, SLOWDOWN, VALIDATION
 from profcallbacks.layout import META_DIR, parse_capture_dir, retention_log_file
 
 log = logging.getLogger(__name__)
 
-VALUE = {"schedule": 0, "validation": 0, "baseline": 1, "slowdown": 2, "memory": 3}
+VALUE = {SCHEDULE: 0, VALIDATION: 0, BASELINE: 1, SLOWDOWN: 2, MEMORY: 3}
 """Triggers by value (higher: kept longer); others (manual, file) rank above all of these."""
 KEPT_LONGEST = 4
 _LOCK = ".retention.lock"
@@ -86,7 +87,7 @@ class Retention:
         if total <= self.logdir_bytes:
             return []
         newest = self._owned[-1]
-        slowdowns = [c for c in self._owned if c.trigger == "slowdown"]
+        slowdowns = [c for c in self._owned if c.trigger == SLOWDOWN]
         protected = {id(newest)} | ({id(slowdowns[-1])} if slowdowns else set())
         candidates = sorted((c for c in self._owned if id(c) not in protected),
                             key=lambda c: (VALUE.get(c.trigger, KEPT_LONGEST), c.order))

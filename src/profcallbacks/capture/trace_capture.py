@@ -11,7 +11,7 @@ import torch
 from torch.profiler import profile
 
 from profcallbacks.capture.planner import Window
-from profcallbacks.capture.postprocess import StepSpan
+from profcallbacks.core.capture_info import StepSpan
 from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib
 import json
 import logging
 import os
@@ -19,11 +18,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
-from profcallbacks.capture.postprocess import CaptureInfo, postprocess
+from profcallbacks.capture.postprocess import postprocess
+from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
 from profcallbacks.core.safefs import (
@@ -51,10 +53,22 @@ log = logging.getLogger(__name__)
 
 _READY = ".ready"
 
-CaptureHook = Callable[[Path, CaptureInfo, list[Any]], list[Finding]]
-"""Called after a capture is published with its trace file, its info and the run's history: a
+CaptureHook = Callable[[bytes, CaptureInfo, list[Any]], list[Finding]]
+"""Called before a capture is written with its trace (JSON), its info and the run's history: a
 list the hook keeps for itself (the session's live analysis appends a profile of each capture,
 so a slowdown capture is compared with an earlier healthy one)."""
+
+
+def in_directory(finding: Finding, name: str, final: Path) -> Finding:
+    """``finding`` about capture ``name`` (``details["capture"]``) as published in ``final``
+    (``name-2`` where an earlier run took the name): the directory named in its details."""
+    if finding.details.get("capture") != name:
+        return finding
+    message = finding.message
+    if final.name != name:
+        message = message.replace(f"capture {name}:", f"capture {final.name}:", 1)
+    return replace(finding, message=message, details={
+        **finding.details, "capture": final.name, "directory": str(final.absolute())})
 
 
 GZIP_LEVEL = 1
@@ -146,8 +160,9 @@ class CaptureWriter:
         tracing_ranks: How many ranks write a file into each capture directory.
         publish_timeout_s: At close, how long to wait for other ranks' files before publishing
             a capture directory with what is there.
-        on_published: Called with each published trace file (e.g. live verdicts); its findings
-            travel back to the training thread.
+        on_published: Called with each trace (its JSON) before it is written (the live
+            verdict); the verdict and diagnoses among its findings go into the trace's findings
+            track, and its findings travel back to the training thread once it is published.
         after_publish: Called in the process that published a capture, with its directory,
             trigger and the file names it put there (``published.AfterPublish``: the merged
             trace of all ranks and the log directory's byte budget).
@@ -163,7 +178,7 @@ class CaptureWriter:
         self.on_published = on_published
         self._waiting: set[str] = set()
         self._history: list[Any] = []  # the hook's own record of earlier captures
-        self._written: dict[str, tuple[str, CaptureInfo]] = {}
+        self._written: dict[str, tuple[str, CaptureInfo, list[Finding]]] = {}
         self.exported: list[Path] = []
         self.findings: list[Finding] = []
         self.failures = 0
@@ -195,10 +210,14 @@ class CaptureWriter:
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
         with _collector_paused():  # raw traces are read only as regular files of ours
-            trace = stitch([_decode(read_regular(path, max_bytes=MAX_RAW_BYTES))
-                            for path in [*map(Path, info.pieces), raw]])
-            encoded = _encode(postprocess(trace, info))
+            trace = postprocess(stitch([_decode(read_regular(path, max_bytes=MAX_RAW_BYTES))
+                                        for path in [*map(Path, info.pieces), raw]]), info)
+            base_ns = int(trace.get("baseTimeNanoseconds", 0))
+            trace["traceEvents"] = trace.pop("traceEvents")  # last: the track goes after them
+            encoded = _encode(trace)
             del trace
+            found = self._analyse(encoded, info)
+            encoded = append_events(encoded, capture_track(info, base_ns, found))
         name = trace_file_name(info.rank.worker, info.first_step)
         with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
             writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
@@ -212,7 +231,7 @@ class CaptureWriter:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(writing, dir_fd=stage_fd)
         remove_raws(raw, info)  # only now: until here a killed writer leaves it to rescue
-        self._written[info.name] = (name, info)
+        self._written[info.name] = (name, info, found)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
 
@@ -252,18 +271,25 @@ class CaptureWriter:
             log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
                         name, len(ready), self._tracing_ranks)
 
+    def _analyse(self, encoded: bytes, info: CaptureInfo) -> list[Finding]:
+        """The live analysis of a capture's trace (its JSON) before it is written: its verdict
+        and diagnoses go into the trace's findings track; never raises."""
+        if self.on_published is None:
+            return []
+        try:
+            return self.on_published(encoded, info, self._history)
+        except Exception as exc:  # the analysis never costs the capture
+            log.warning("profcallbacks: analysing capture %s failed (%s: %s).", info.name,
+                        type(exc).__name__, exc)
+            return []
+
     def _published(self, name: str, final: Path) -> None:
         self._waiting.discard(name)
         self.exported.append(final)
         written = self._written.pop(name, None)
-        if written is None or self.on_published is None:
-            return
-        trace, info = final / written[0], written[1]
-        try:
-            self.findings.extend(self.on_published(trace, info, self._history))
-        except Exception as exc:  # the analysis never costs the capture
-            log.warning("profcallbacks: analysing capture %s failed (%s: %s).", name,
-                        type(exc).__name__, exc)
+        if written is not None:
+            self.findings.extend(in_directory(found, written[1].name, final)
+                                 for found in written[2])
 
     def _discard(self, raw: Path, info: CaptureInfo) -> None:
         remove_raws(raw, info)  # e.g. a read-only file system: what stays is reported at next start
@@ -287,19 +313,6 @@ def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
         os.replace(raw, file, dst_dir_fd=final_fd)
     remove_raw(raw)
     return final
-
-
-def load_hook(spec: str | None) -> CaptureHook | None:
-    """The capture analysis named ``spec`` (``"module:function"``, given by whoever starts the
-    exporter), where installed; ``None`` for none."""
-    if spec is None:
-        return None
-    module, _, name = spec.partition(":")
-    try:
-        hook: Any = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-    return hook
 
 
 def publish_stage(logdir: Path, name: str) -> Path | None:

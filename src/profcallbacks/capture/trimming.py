@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from profcallbacks.core.triggers import MEMORY
 from profcallbacks.options.trace import TraceOptions
 
 TRIM_OPTIONS = ("with_stack", "record_shapes", "profile_memory")
@@ -125,7 +126,7 @@ class CaptureSizer:
         current = options
         candidates = [current]
         for name in TRIM_OPTIONS:
-            if getattr(current, name) and not (name == "profile_memory" and trigger == "memory"):
+            if getattr(current, name) and not (name == "profile_memory" and trigger == MEMORY):
                 flags: dict[str, Any] = {name: False}
                 current = replace(current, **flags)
                 candidates.append(current)

@@ -33,3 +33,4 @@ class CaptureInfo:
     export_overlap: bool = False  # recorded while an earlier capture was being exported
     budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed
     pieces: tuple[str, ...] = ()  # raw traces of its first steps, saved before the main one
+    findings: tuple[dict[str, Any], ...] = ()  # the rank's findings at its end, for its track

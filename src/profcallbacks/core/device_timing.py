@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 class DeviceStepTimer:
@@ -55,3 +59,49 @@ class DeviceStepTimer:
                 times.append(self._last.elapsed_time(event))
             self._last = event
         return times
+
+
+class DeviceClock:
+    """The host clock that also records each step's CUDA event (:class:`DeviceStepTimer`).
+
+    The device timing's one fallback: the first failure of the timer (marking or reading)
+    turns it off for the rest of the run with one warning; the host clock goes on.
+
+    Example:
+        >>> clock = DeviceClock(lambda: 1.5, timer=None)  # a timer that failed earlier
+        >>> clock(), clock.scalars()
+        (1.5, {})
+    """
+
+    def __init__(self, clock: Callable[[], float], timer: DeviceStepTimer | None = None) -> None:
+        self._clock = clock
+        self.timer = timer if timer is not None else None
+
+    def __call__(self) -> float:
+        """The clock, after recording the step's CUDA event (read lazily, never synchronised)."""
+        timer = self.timer
+        if timer is not None:
+            try:
+                timer.mark()
+            except Exception as exc:
+                self._failed(exc)
+        return self._clock()
+
+    def break_chain(self) -> None:
+        """Steps across this point (a pause) are not timed."""
+        if self.timer is not None:
+            self.timer.break_chain()
+
+    def scalars(self) -> dict[str, float]:
+        """``device_step_time_ms`` of the steps completed since the last call (or nothing)."""
+        if self.timer is None:
+            return {}
+        try:
+            return self.timer.scalars()
+        except Exception as exc:
+            self._failed(exc)
+            return {}
+
+    def _failed(self, exc: Exception) -> None:
+        log.warning("profcallbacks: CUDA step timing failed (%s); it is off.", exc)
+        self.timer = None

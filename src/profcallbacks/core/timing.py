@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,8 +38,8 @@ class StepRecord(NamedTuple):
 
     Example:
         >>> record = StepRecord(7, 0.02, 0.001, excluded=True)
-        >>> record.excluded, record.captured
-        (True, True)
+        >>> record.excluded, record.after_pause
+        (True, False)
     """
 
     step: int
@@ -49,7 +50,10 @@ class StepRecord(NamedTuple):
 
     @property
     def captured(self) -> bool:
-        """The name ``excluded`` had in 0.2."""
+        """Deprecated: the name ``excluded`` had in 0.2 (a ``DeprecationWarning``; removed in 0.4)."""
+        warnings.warn("StepRecord.captured is deprecated since 0.3 and will be removed in 0.4; "
+                      "read StepRecord.excluded (the same value: the step is left out of the "
+                      "statistics).", DeprecationWarning, stacklevel=2)
         return self.excluded
 
 

@@ -8,6 +8,7 @@ dynamo's real messages without a compile.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 RESUME_PREFIX = "torch_dynamo_resume_in_"
@@ -169,15 +170,17 @@ def resumed_function(co_name: str) -> tuple[str, int | None]:
     return (name, int(line)) if name and line.isdigit() else (co_name, None)
 
 
-def call_site(stack: list[str] | None, library_dirs: tuple[str, ...]) -> tuple[str, int] | None:
-    """The innermost frame outside ``library_dirs`` that calls the compiled function.
+def call_site(stack: list[str] | None, is_user: Callable[[str], bool]) -> tuple[str, int] | None:
+    """The innermost user frame (``is_user(file)``, :meth:`frames.CallerFrames.is_user`) that
+    calls the compiled function.
 
     ``stack`` is ``CompilationMetrics.stack_trace``: outermost first, the compiled function last.
 
     Example:
         >>> call_site(["Line: 30, Name: <module>, Filename: /src/train.py",
         ...            "Line: 511, Name: __call__, Filename: /py/torch/_dynamo/eval_frame.py",
-        ...            "Line: 21, Name: forward, Filename: /src/model.py"], ("/py/torch",))
+        ...            "Line: 21, Name: forward, Filename: /src/model.py"],
+        ...           lambda file: not file.startswith("/py/torch"))
         ('/src/train.py', 30)
     """
     if not stack:
@@ -188,6 +191,6 @@ def call_site(stack: list[str] | None, library_dirs: tuple[str, ...]) -> tuple[s
         if match is not None:
             frames.append((match["file"].strip(), int(match["line"])))
     for file, line in reversed(frames):
-        if not file.startswith(library_dirs):
+        if is_user(file):
             return file, line
     return None

@@ -18,10 +18,9 @@ and no step exclusion; no metrics: no recompile reasons).
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import sysconfig
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -37,6 +36,7 @@ from profcallbacks.detect.compile_reasons import (
     limit_hit,
     resumed_function,
 )
+from profcallbacks.detect.frames import CallerFrames
 from profcallbacks.findings import (
     COMPILE_FALLBACK,
     DATALOADER_STALL,
@@ -45,14 +45,13 @@ from profcallbacks.findings import (
     STEP_SLOWDOWN,
     Finding,
 )
+from profcallbacks.options.sync_audit import LIBRARIES
 
 log = logging.getLogger(__name__)
 
 StepNow = Callable[[], "int | None"]
 """The step in progress, or ``None`` between steps (paused, not open)."""
 _LIMIT_LOGGER = "torch._dynamo.convert_frame"
-_LIBRARIES = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate",
-              "profcallbacks")
 EXPLAINED_KINDS = (STEP_SLOWDOWN, DATALOADER_STALL)
 FALLBACK_FIX = ("mark the changing dimension dynamic (torch._dynamo.mark_dynamic(x, dim) or "
                 "torch.compile(..., dynamic=True)), pad or bucket the inputs to a few sizes, or "
@@ -96,16 +95,13 @@ class CompileWatcher:
         self._handler = _DynamoLogHandler(self)
         self._loggers: list[tuple[logging.Logger, int, bool]] = []
         self._callbacks: Any = None
-        self._library_dirs: tuple[str, ...] = ()
-        self._torch_dirs: tuple[str, ...] = ()  # torch's and Python's own code
+        self._frames: CallerFrames | None = None  # whose code a file is (set by install)
 
     def install(self) -> bool:
         """Listen to dynamo; ``False`` (and nothing installed) when torch.compile is not in use."""
         if "torch._dynamo" not in sys.modules:
             return False
-        files = [getattr(sys.modules.get(name), "__file__", None) for name in _LIBRARIES]
-        self._library_dirs = tuple(os.path.dirname(f) + os.sep for f in files if f)
-        self._torch_dirs = self._library_dirs[:1] + _stdlib_dirs()
+        self._frames = CallerFrames(LIBRARIES)
         try:
             from torch._dynamo import callback
 
@@ -199,6 +195,12 @@ class CompileWatcher:
             del self._times[step]
         return taken
 
+    def segments(self, first: int, n: int, excluded: bool) -> list[tuple[int, int, bool, float]]:
+        """The block of ``n`` steps from ``first`` as parts handed over one by one
+        (:func:`compile_segments`), the compile seconds of its steps taken out."""
+        compiled = self.take_times(first + n)
+        return compile_segments(first, n, excluded, compiled) if compiled else [(0, n, excluded, 0.0)]
+
     def drain(self) -> list[Finding]:
         """Findings about what compiled since the last drain, in step order."""
         self.pending = False
@@ -252,11 +254,11 @@ class CompileWatcher:
         key = f"{file}:{line}:{name}"
         count = self._recompiles[key] = self._recompiles.get(key, 0) + 1
         seconds = _seconds(metric) + backward.get(str(getattr(metric, "compile_id", None)), 0.0)
-        called = call_site(getattr(metric, "stack_trace", None), self._library_dirs)
+        called = call_site(getattr(metric, "stack_trace", None), self._user_code)
         change = guard_change(reason)
         label = f"{function}()" + (f" after its graph break at line {break_line}"
                                    if break_line is not None else "")
-        if self._torch_code(file):  # e.g. the wrapper of a compiled DDP
+        if self._frames is not None and self._frames.torch_code(file):  # a compiled DDP's wrapper
             label = f"the compiled module (torch's {function}())"
         where = f" at {called[0]}:{called[1]}" if called else ""
         between = step is None
@@ -305,7 +307,7 @@ class CompileWatcher:
                        message=f"{text}. To fix it: {FALLBACK_FIX}", details=details)
 
     def _graph_break(self, step: int | None, site: GraphBreak) -> Finding | None:
-        if self._torch_code(site.file):
+        if self._frames is not None and self._frames.torch_code(site.file):
             return None  # in torch's own code (DistributedDataParallel's forward): not the user's
         key = (site.file, site.line)
         self._sites[key] = self._sites.get(key, 0) + 1
@@ -321,11 +323,8 @@ class CompileWatcher:
                        details={"file": site.file, "line": site.line, "reason": site.reason,
                                 "hint": site.hint, "breaks_per_step": per_step})
 
-    def _torch_code(self, path: str | None) -> bool:
-        """``path`` is in torch's package or Python's standard library (not in site-packages)."""
-        if not path or not path.startswith(self._torch_dirs):
-            return False
-        return path.startswith(self._library_dirs[:1]) or not path.startswith(_SITE_DIRS)
+    def _user_code(self, path: str) -> bool:
+        return self._frames is None or self._frames.is_user(path)
 
     def explain(self, finding: Finding) -> Finding:
         """A slowdown or stall that coincides with recompiles or a fallback says so."""
@@ -355,6 +354,56 @@ class CompileWatcher:
                            {k: v for k, v in e.items() if k != "text"} for e in near]})
 
 
+def watch_compile(*, rank: int, step_now: Callable[[], int | None]) -> CompileWatcher | None:
+    """A watcher listening to torch.compile's events, ``None`` while ``torch._dynamo`` is not
+    imported (no compile yet). One that fails to install is a watcher that hears nothing (its
+    events are off, with one warning): training goes on.
+
+    ``step_now`` is held weakly when it is a bound method: torch's compile callbacks are global,
+    and an owner abandoned open must still be collected (and close itself).
+    """
+    if hasattr(step_now, "__self__"):
+        ref = weakref.WeakMethod(step_now)
+
+        def step_now() -> int | None:
+            method = ref()
+            return method() if method is not None else None
+
+    watcher = CompileWatcher(rank=rank, step_now=step_now)
+    try:
+        return watcher if watcher.install() else None
+    except Exception as exc:  # never stops training: compile events are off
+        watcher.uninstall()
+        log.warning("profcallbacks: cannot follow torch.compile's events (%s); they are off.", exc)
+        return CompileWatcher(rank=rank, step_now=step_now)
+
+
+def compile_segments(first: int, n: int, excluded: bool,
+                     compiled: dict[int, float]) -> list[tuple[int, int, bool, float]]:
+    """The block's steps ``0..n-1`` as parts ``(start, end, excluded, compile_s)``: each step
+    that compiled alone and excluded, the others as they were. Compile time of
+    steps before the block (``-1``: between steps) goes with its first part.
+
+    Example:
+        >>> compile_segments(10, 5, False, {12: 1.5})
+        [(0, 2, False, 0.0), (2, 3, True, 1.5), (3, 5, False, 0.0)]
+    """
+    parts: list[tuple[int, int, bool, float]] = []
+    start, early = 0, sum(s for step, s in compiled.items() if step < first)
+    for step in sorted(s for s in compiled if first <= s < first + n):
+        k = step - first
+        if k > start:
+            parts.append((start, k, excluded, 0.0))
+        parts.append((k, k + 1, True, compiled[step]))
+        start = k + 1
+    if start < n:
+        parts.append((start, n, excluded, 0.0))
+    if early:
+        a, b, part_excluded, seconds = parts[0]
+        parts[0] = (a, b, part_excluded, seconds + early)
+    return parts
+
+
 class _DynamoLogHandler(logging.Handler):
     """Hands dynamo's recompile-limit warnings and graph-break lines to the watcher."""
 
@@ -367,19 +416,6 @@ class _DynamoLogHandler(logging.Handler):
             self._watcher.logged(record.getMessage())
         except Exception:  # a profiler never breaks a compile
             pass
-
-
-def _site_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths)
-
-
-_SITE_DIRS = _site_dirs()
-
-
-def _stdlib_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib") if k in paths)
 
 
 def _seconds(metric: Any) -> float:

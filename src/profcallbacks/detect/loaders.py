@@ -98,6 +98,31 @@ def _has_length(loader: object) -> bool:
     return True
 
 
+class LoaderPasses:
+    """Counts the passes over a loader: a loader set again after steps since the last time
+    begins a new pass (``info["passes"]``).
+
+    Example:
+        >>> passes = LoaderPasses(); info = {"num_workers": 2, "persistent_workers": False}
+        >>> passes.begin(dict(info), 0), passes.begin(dict(info), 0), passes.begin(dict(info), 50)
+        (False, False, True)
+    """
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self._step: int | None = None  # the step in progress when the loader was last set
+
+    def begin(self, info: LoaderInfo, step: int) -> bool:
+        """The loader of ``info`` is set at ``step``: whether a further pass starts its workers
+        again (its first step waits for their start-up)."""
+        new_pass = self._step is None or step > self._step
+        self.passes += new_pass
+        self._step = step
+        info["passes"] = self.passes
+        return (new_pass and self.passes > 1 and bool(info.get("num_workers"))
+                and not info.get("persistent_workers"))
+
+
 def restarts_workers(info: LoaderInfo) -> bool:
     """Each pass over the loader starts its worker processes again (``num_workers > 0``,
     ``persistent_workers=False``, an epoch that ends): its first batch waits for them.

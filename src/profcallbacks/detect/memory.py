@@ -18,8 +18,8 @@ from profcallbacks.findings import MEMORY_CREEP, Finding
 from profcallbacks.options.memory import SEGMENTS as _SEGMENTS
 from profcallbacks.options.memory import MemoryConfig
 
-__all__ = ["CUDA_ALLOCATED", "PROCESS_RSS", "MemoryConfig", "MemoryCreepDetector", "cuda_total_mb",
-           "read_cuda_mb", "read_rss_mb", "theil_sen"]
+__all__ = ["CUDA_ALLOCATED", "PROCESS_RSS", "MemoryCreepDetector", "cuda_total_mb", "read_cuda_mb",
+           "read_rss_mb", "theil_sen"]
 
 log = logging.getLogger(__name__)
 

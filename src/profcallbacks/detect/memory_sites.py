@@ -1,7 +1,7 @@
 """Which lines keep memory: allocations of a few steps still alive some steps later, by calling line.
 
 A ``TorchDispatchMode`` sees each new tensor storage with the Python stack of its caller. Lines
-are attributed the way the sync audit does (``sync_spy``'s frame classification): the user's
+are attributed the way the sync audit does (:mod:`~profcallbacks.detect.frames`): the user's
 calling line, with allocations made inside libraries (torch, Lightning, transformers) grouped at
 the nearest user line. Only weak references are kept, so the spy itself keeps nothing alive.
 It costs about as much per op as the sync spy: use it for a few steps, never for a whole run.
@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from profcallbacks.detect.sync_spy import CallerFrames, display_path
+from profcallbacks.detect.frames import CallerFrames
 from profcallbacks.options.sync_audit import LIBRARIES
 
 MAX_ALLOCATIONS = 200_000  # bounded memory: later allocations of a window are not followed
@@ -76,16 +76,9 @@ class MemorySiteSpy(TorchDispatchMode):
             if len(self._allocations) >= MAX_ALLOCATIONS:
                 self.dropped += 1
                 continue
-            location = location or self._location(frame)
+            location = location or self._frames.user_line(frame)
             inputs.add(pointer)
             self._allocations.append((weakref.ref(storage), storage.nbytes(), location))
-
-    def _location(self, frame: FrameType | None) -> str:
-        while frame is not None:
-            if self._frames.kind(frame.f_code.co_filename) is None:
-                return f"{display_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-            frame = frame.f_back
-        return "<library>"
 
     def alive_sites(self, most: int | None = None) -> list[dict[str, Any]]:
         """``[{"location", "bytes", "count"}]`` of storages still alive, largest first."""

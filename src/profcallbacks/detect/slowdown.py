@@ -60,7 +60,7 @@ from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STEP_BASELINE_RESET, STEP_SLOWDOWN, STEP_SPEED_RECOVERED, Finding
 from profcallbacks.options.slowdown import SlowdownConfig
 
-__all__ = ["SlowdownConfig", "SlowdownDetector"]
+__all__ = ["SlowdownDetector"]
 
 log = logging.getLogger(__name__)
 _MAX_BLOCK_STEPS = 20_000  # a block of tiny steps ends here whatever its duration (bounded memory)
@@ -83,30 +83,16 @@ class _Stretch:
         self.time_s: float = 0.0
         self.at_peak: bool = False
 
-    def add(self, step: int, excess: float, t: float) -> None:
-        """``excess``: the step's (capped) distance past the reference, in seconds."""
-        score = self.score
-        if score <= 0.0:
-            if excess <= 0.0:
-                return
-            score, self.peak, self.first, self.steps, self.time_s = 0.0, 0.0, step, 0, 0.0
-        score += excess
-        self.steps += 1
-        self.time_s += t
-        self.at_peak = score >= self.peak
-        if self.at_peak:
-            self.peak = score
-        self.score = score if score > 0.0 else 0.0
-
     def clear(self) -> None:
         self.score = self.peak = self.time_s = 0.0
         self.first = self.steps = 0
         self.at_peak = False
 
     def run(self, times: list[float], k: int, end: int, first: int, ref: float, cap: float,
-            sustain: tuple[int, float] | None = None) -> tuple[int, bool]:
-        """:meth:`add` for the steps ``k`` to ``end - 1`` (step ``first + i`` takes ``times[i]``,
-        capped at ``cap``, against ``ref``), in local variables: the block-at-once path.
+            sustain: tuple[int, float] | None = None, *, below: bool = False) -> tuple[int, bool]:
+        """The CUSUM over the steps ``k`` to ``end - 1``: step ``first + i`` adds the distance of
+        ``times[i]``, capped at ``cap``, past ``ref`` (``below``: under it), in seconds. A block
+        of steps or one step (``[t], 0, 1``): the same code, in local variables.
 
         With ``sustain=(min_steps, min_duration_s)`` it stops after the first step at which the
         stretch is sustained (at its peak, over both minimums). Returns the first step not taken
@@ -116,9 +102,10 @@ class _Stretch:
                                                  self.time_s, self.at_peak)
         min_steps, min_s = sustain if sustain is not None else (0, 0.0)
         stop, sustained = end, False
+        sign = -1.0 if below else 1.0
         for i in range(k, end):
             t = times[i]
-            excess = (t if t < cap else cap) - ref
+            excess = sign * ((t if t < cap else cap) - ref)
             if score > 0.0 or excess > 0.0:
                 if score <= 0.0:  # a new stretch begins at this step
                     score, peak, start, steps, time_s = 0.0, 0.0, first + i, 0, 0.0
@@ -195,41 +182,17 @@ class SlowdownDetector(Participant):
         return {"slowdown_ratio": ratio, "baseline_step_time_ms": self.baseline_s * 1e3}
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
-        """Takes one finished step; returns the findings it completes (usually none)."""
-        if record.excluded or record.after_pause:
-            return ()
-        self._seen += 1
-        if self._seen <= self.config.warmup_steps:
-            return ()
-        t = record.step_time_s
-        self._recent.append(t)
-        self._block.append(t)
-        self._block_s += t
-        block_done = (len(self._block) >= self.config.baseline_steps
-                      and self._block_s >= self.config.baseline_block_s) \
-            or len(self._block) >= _MAX_BLOCK_STEPS
-        if self.baseline_s is None:
-            return self._before_baseline(record.step, t, block_done)
-        capped = t if t < self._cap_s else self._cap_s
-        step = record.step
-        found: list[Finding] = []
-        if not self.slow:
-            self._up.add(step, capped - self._up_ref, t)
-            self._onset.add(step, capped - self._onset_ref, t)
-            if self._sustained(self._up):
-                found.append(self._alert(step))
-        else:
-            found += self._observe_slow(step, t, capped)
-        if block_done:
-            self._close_block()
-        return found
+        """Takes one finished step (a block of one); returns the findings it completes."""
+        return self.observe_block(record.step, [record.step_time_s], [record.data_wait_s],
+                                  record.excluded, record.after_pause)
 
     def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
-        """:meth:`observe` on each step of a block (see ``BlockDetector``), in one loop.
+        """Takes the finished steps of a block in order (:meth:`observe` is a block of one).
 
         While no stretch is open and no step passes the onset reference (the common case), a
         step only feeds the baseline block: the CUSUMs are not touched (they would stay at 0).
+        The others run through the CUSUMs block-at-once until a step needs a look of its own.
         """
         n = len(times)
         start = 1 if after_pause else 0
@@ -250,7 +213,7 @@ class SlowdownDetector(Participant):
                 elif self.baseline_s is None and self._early_on and self._early_ref is not None:
                     k = self._open_early_segment(first, times, k, n, found)
                 else:
-                    k = self._eventful_step(first, times, k, found)
+                    k = self._single_step(first, times, k, found)
         return found
 
     def _block_close(self, times: list[float], k: int, n: int) -> tuple[list[float], int, int]:
@@ -311,7 +274,7 @@ class SlowdownDetector(Participant):
 
     def _open_segment(self, first: int, times: list[float], k: int, n: int,
                       found: list[Finding]) -> int:
-        """Steps from ``k`` on, outside an alerted slowdown, exactly as :meth:`observe` takes them.
+        """Steps from ``k`` on, outside an alerted slowdown, once a baseline exists.
 
         The two CUSUMs run block-at-once (:meth:`_Stretch.run`): this is the common case on a
         real machine, where every other step is a little over the onset reference. Ends after
@@ -331,9 +294,10 @@ class SlowdownDetector(Participant):
 
     def _open_early_segment(self, first: int, times: list[float], k: int, n: int,
                             found: list[Finding]) -> int:
-        """Steps from ``k`` on before the first baseline, once the early reference is set,
-        exactly as :meth:`_before_baseline` takes them: the early check's CUSUM alerts, the two
-        others are followed. Ends like :meth:`_open_segment`; returns the first step not taken.
+        """Steps from ``k`` on before the first baseline, once the early reference is set: the
+        early check's CUSUM alerts, the two others are followed (not alerted) until the first
+        block says whether its first steps are typical. Ends like :meth:`_open_segment`;
+        returns the first step not taken.
         """
         sums, close, end = self._block_close(times, k, n)
         sustain = (self.config.min_steps, self.config.min_duration_s)
@@ -348,8 +312,10 @@ class SlowdownDetector(Participant):
             self._close_block()
         return stop
 
-    def _eventful_step(self, first: int, times: list[float], k: int, found: list[Finding]) -> int:
-        """Step ``k`` exactly as :meth:`observe` takes it (after the warm-up); returns ``k + 1``."""
+    def _single_step(self, first: int, times: list[float], k: int, found: list[Finding]) -> int:
+        """Step ``k`` on its own: one during an alerted slowdown (recovery, re-baselining), or
+        one before the first baseline while the early reference is not set (the step that
+        completes the first ``early_steps`` sets it). Returns ``k + 1``."""
         t = times[k]
         self._recent.append(t)
         self._block.append(t)
@@ -357,43 +323,17 @@ class SlowdownDetector(Participant):
         block_done = (len(self._block) >= self.config.baseline_steps
                       and self._block_s >= self.config.baseline_block_s) \
             or len(self._block) >= _MAX_BLOCK_STEPS
-        if self.baseline_s is None:
-            found += self._before_baseline(first + k, t, block_done)
-            return k + 1
-        capped = t if t < self._cap_s else self._cap_s
-        if self.slow:
-            found += self._observe_slow(first + k, t, capped)
-        else:
-            self._up.add(first + k, capped - self._up_ref, t)
-            self._onset.add(first + k, capped - self._onset_ref, t)
-            if self._sustained(self._up):
-                found.append(self._alert(first + k))
+        if self.baseline_s is not None:  # slow: only steps of an alerted slowdown come here
+            found += self._observe_slow(times, k, first)
+        elif self._early_on and len(self._block) == self.config.early_steps:
+            ref = median(self._block)
+            ratio = max(float(self.config.early_ratio or 0.0), self._threshold)
+            self._early_ref, self._early_limit = ref, ratio * ref
+            self._early_cap = 2.0 * ratio * ref
+            self._set_references(ref)  # provisional: the first block may keep them
         if block_done:
             self._close_block()
         return k + 1
-
-    def _before_baseline(self, step: int, t: float, block_done: bool) -> list[Finding]:
-        """Step ``step`` (already in the block) before any baseline: the early check."""
-        if self._early_on:
-            n = len(self._block)
-            early = self.config.early_steps
-            if n == early:
-                ref = median(self._block)
-                ratio = max(float(self.config.early_ratio or 0.0), self._threshold)
-                self._early_ref, self._early_limit = ref, ratio * ref
-                self._early_cap = 2.0 * ratio * ref
-                self._set_references(ref)  # provisional: the first block may keep them
-            elif n > early:
-                cap = self._early_cap
-                self._early_up.add(step, (t if t < cap else cap) - self._early_limit, t)
-                capped = t if t < self._cap_s else self._cap_s  # followed, not alerted, until
-                self._up.add(step, capped - self._up_ref, t)  # the first block says whether
-                self._onset.add(step, capped - self._onset_ref, t)  # its first steps are typical
-                if self._sustained(self._early_up):
-                    return [self._early_alert(step)]
-        if block_done:
-            self._close_block()
-        return []
 
     def _early_alert(self, step: int) -> Finding:
         """A large change before the first baseline: alerted against the first steps."""
@@ -408,11 +348,12 @@ class SlowdownDetector(Participant):
         self._block, self._block_s = [], 0.0  # the first block mixes both speeds: dropped
         return self._alert(step, early=True)
 
-    def _observe_slow(self, step: int, t: float, capped: float) -> list[Finding]:
-        """One step during an alerted slowdown: recovery or re-baselining."""
+    def _observe_slow(self, times: list[float], k: int, first: int) -> list[Finding]:
+        """Step ``first + k`` during an alerted slowdown: recovery or re-baselining."""
+        step = first + k
         self._since_alert_steps += 1
-        self._since_alert_s += t
-        self._down.add(step, self._down_ref - capped, t)
+        self._since_alert_s += times[k]
+        self._down.run(times, k, k + 1, first, self._down_ref, self._cap_s, below=True)
         if self._sustained(self._down):
             return [self._recovered(step)]
         if self._rebaseline_due():

@@ -17,7 +17,7 @@ from profcallbacks.detect.loaders import LoaderInfo, restarts_workers, stall_adv
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 from profcallbacks.options.stall import StallConfig
 
-__all__ = ["StallConfig", "StallDetector"]
+__all__ = ["StallDetector"]
 
 
 @dataclass
@@ -97,30 +97,14 @@ class StallDetector(Participant):
             self._waits = deque(self._waits, maxlen=self._step_times.maxlen)
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
-        if record.excluded:
-            return ()
-        if record.after_pause:
-            return self._startup_wait(record)
-        if record.step < self._startup_until:  # a later worker's first batch: its start-up's
-            return ()
-        wait_s, time_s = record.data_wait_s, record.step_time_s
-        found: list[Finding] = []
-        if wait_s >= self._isolated_limit_s and self._episode is None:
-            found += self._isolated(record, "isolated", self._reference_s)
-        self._step_times.append(time_s)
-        self._waits.append(wait_s)
-        if self._block_steps == 0:  # plain accumulators: this runs every step
-            self._block_first = record.step
-        self._block_steps += 1
-        self._block_wait_s += wait_s
-        self._block_time_s += time_s
-        if self._block_steps >= self._block_len:
-            found += self._close_block(record.step)
-        return found
+        """Takes one finished step (a block of one); returns the findings it completes."""
+        return self.observe_block(record.step, [record.step_time_s], [record.data_wait_s],
+                                  record.excluded, record.after_pause)
 
     def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
-        """:meth:`observe` on each step of a block (see ``BlockDetector``), in list operations."""
+        """Takes the finished steps of a block in order, in list operations (:meth:`observe` is a
+        block of one): whole blocks of this detector at once while none can find anything."""
         if excluded:
             return ()
         found: list[Finding] = []

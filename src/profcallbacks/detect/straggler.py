@@ -37,7 +37,7 @@ from profcallbacks.detect.base import Participant
 from profcallbacks.findings import STRAGGLER, Finding
 from profcallbacks.options.straggler import STRAGGLER_THRESHOLD, StragglerConfig
 
-__all__ = ["STRAGGLER_THRESHOLD", "SlowRank", "StragglerConfig", "StragglerDetector", "slow_ranks"]
+__all__ = ["SlowRank", "StragglerDetector", "slow_ranks"]
 
 log = logging.getLogger(__name__)
 
@@ -83,19 +83,15 @@ class StragglerDetector(Participant):
         return (step // self._every + 1) * self._every
 
     def observe(self, record: StepRecord) -> Iterable[Finding]:
-        """Collects one step; at check steps, meets the other ranks (a collective)."""
-        if self._disabled:
-            return ()
-        if not (record.excluded or record.after_pause):
-            self._times.append(record.step_time_s)
-            self._wait_s += record.data_wait_s
-        if (record.step + 1) % self._every:
-            return ()
-        return self._check(record.step)  # if it raises, the session disables this detector
+        """Takes one finished step (a block of one); at a check step, meets the other ranks."""
+        return self.observe_block(record.step, [record.step_time_s], [record.data_wait_s],
+                                  record.excluded, record.after_pause)
 
     def observe_block(self, first: int, times: list[float], waits: list[float], excluded: bool,
                       after_pause: bool) -> Iterable[Finding]:
-        """:meth:`observe` on each step of a block (see ``BlockDetector``)."""
+        """Collects the block's counted steps; at each check step in it (a multiple of
+        ``every_n_steps``, minus one), meets the other ranks (a collective). If that raises,
+        the session disables this detector."""
         found: list[Finding] = []
         i, n = 0, len(times)
         while i < n and not self._disabled:  # segments that end at a check step, or at the end

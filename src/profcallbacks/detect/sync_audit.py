@@ -7,15 +7,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from profcallbacks.detect.base import StepAuditor
-from profcallbacks.detect.sync_fixes import KNOWN_FIXES, known_fix, op_fix
+from profcallbacks.detect.sync_fixes import known_fix, op_fix
 from profcallbacks.detect.sync_spy import SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_AUDIT, SYNC_POINT, Finding
-from profcallbacks.options.sync_audit import SyncAuditConfig, resolve_sync_audit
+from profcallbacks.options.sync_audit import SyncAuditConfig
 
 if TYPE_CHECKING:
     from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["KNOWN_FIXES", "SyncAuditConfig", "SyncAuditor", "known_fix", "resolve_sync_audit"]
+__all__ = ["SyncAuditor"]
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,8 @@ over).
 
 from __future__ import annotations
 
-import importlib.util
 import linecache
-import os
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,12 +30,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from profcallbacks.detect.frames import CallerFrames, location
 from profcallbacks.options.sync_audit import LIBRARIES
 
-# torch's thin public wrappers: a sync inside them belongs to the user line that called them
-_TORCH_WRAPPERS = ("_tensor.py", "functional.py", "overrides.py", "_ops.py", "_jit_internal.py",
-                   "_compile.py", os.path.join("_dynamo", "eval_frame.py"),
-                   os.path.join("nn", "functional.py"), os.path.join("utils", "_python_dispatch.py"))
 _aten = torch.ops.aten
 # inference tensors (``torch.inference_mode``) skip the autograd key where composite ops are
 # decomposed: their ``.item()``, ``torch.where(mask)``, ... reach the mode undecomposed
@@ -56,8 +50,6 @@ _MASKED = {_aten.index.Tensor: "boolean mask indexing", _aten.index_put_.default
 _COPIES = {_aten._to_copy.default, _aten.copy_.default}
 _METHODS = ("tolist", "numpy", "cpu")
 _IMPLICIT_METHODS = ("__format__", "__bool__", "__int__", "__float__", "__index__", "__array__")
-CHAIN_FRAMES = 4
-"""Most user frames in a sync site's call chain (the innermost ones)."""
 
 
 @dataclass
@@ -75,7 +67,7 @@ class SyncSite:
         library_sites: ``{library location: calls}`` for library sites.
         library_ops: ``{library location: op}``: what synchronises at each library site.
         chain: The user's frames down to the sync, outermost first (``"main.py:368 train"``,
-            at most :data:`CHAIN_FRAMES`), then the implicit conversion if there is one.
+            at most ``frames.CHAIN_FRAMES``), then the implicit conversion if there is one.
         implicit: The conversion Python called without a visible call (``"Tensor.__format__"``
             for an f-string or ``str.format``, ``"Tensor.__bool__"`` for ``if tensor:``, ...).
     """
@@ -90,50 +82,6 @@ class SyncSite:
     library_ops: dict[str, str] = field(default_factory=dict)
     chain: list[str] = field(default_factory=list)
     implicit: str | None = None
-
-
-class CallerFrames:
-    """Classifies source files as user code, a library (by package) or transparent plumbing."""
-
-    def __init__(self, libraries: tuple[str, ...]) -> None:
-        self._roots: list[tuple[str, str]] = []
-        for name in libraries:
-            spec = importlib.util.find_spec(name)
-            for root in (spec.submodule_search_locations or []) if spec else []:
-                self._roots.append((os.path.normcase(root) + os.sep, name))
-        self._torch = next((r for r, n in self._roots if n == "torch"), "\0")
-        paths = sysconfig.get_paths()
-        self._site = {os.path.normcase(paths[k]) + os.sep for k in ("purelib", "platlib")}
-        self._stdlib = os.path.normcase(paths["stdlib"]) + os.sep
-        self._own = os.path.normcase(__file__)
-        self._cache: dict[str, str | None] = {}
-
-    def kind(self, filename: str) -> str | None:
-        """``None`` for user code, ``""`` for plumbing to look through, else a library name."""
-        if filename in self._cache:
-            return self._cache[filename]
-        path = os.path.normcase(filename)
-        kind: str | None = None
-        if filename.startswith("<frozen") or path == self._own:
-            kind = ""
-        elif path.startswith(self._torch) and path[len(self._torch):] in _TORCH_WRAPPERS:
-            kind = ""
-        else:
-            kind = next((n for r, n in self._roots if path.startswith(r)), None)
-            site = next((s for s in self._site if path.startswith(s)), None)
-            if kind is None and site is not None:
-                kind = path[len(site):].split(os.sep, 1)[0]
-            elif kind is None and path.startswith(self._stdlib):
-                kind = ""
-        self._cache[filename] = kind
-        return kind
-
-
-def display_path(filename: str) -> str:
-    """``filename`` relative to the working directory when inside it, else absolute."""
-    path = os.path.abspath(filename)
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 class SyncSpy(TorchDispatchMode):
@@ -165,7 +113,7 @@ class SyncSpy(TorchDispatchMode):
         # CPU run: tensors derived from trainable parameters (weak keys: nothing is kept alive)
         self._derived: WeakIdKeyDictionary | None = None if self.accelerator else (
             derived if derived is not None else WeakIdKeyDictionary())
-        self._frames = CallerFrames(libraries)
+        self._frames = CallerFrames(libraries, plumbing=(__file__,))
         self._tid = threading.get_ident()
         self._saved: dict[str, Any] = {}
         self._depth = 0
@@ -290,39 +238,21 @@ class SyncSpy(TorchDispatchMode):
         if user_at is not None and library is None and implicit is None:
             implicit = _implicit(op, user_at)
         library_op = _scalar_op(library_at) if library_at is not None and op == "item" else op
-        location = (f"{display_path(user_at.f_code.co_filename)}:{user_at.f_lineno}"
-                    if user_at is not None else "<library>")
-        site = self.sites.setdefault((location, op if library is None else "", library),
-                                     SyncSite(location, op if library is None else "", library))
+        location_ = location(user_at) if user_at is not None else "<library>"
+        site = self.sites.setdefault((location_, op if library is None else "", library),
+                                     SyncSite(location_, op if library is None else "", library))
         if not site.calls and user_at is not None:
-            site.chain = self._chain(user_at) + ([implicit] if implicit else [])
+            site.chain = self._frames.call_chain(user_at) + ([implicit] if implicit else [])
             site.implicit = implicit
         site.calls += 1
         site.blocking_s += seconds
         site.on_device = site.on_device or self.accelerator
         if library_at is not None:
-            where = f"{display_path(library_at.f_code.co_filename)}:{library_at.f_lineno}"
+            where = location(library_at)
             site.library_sites[where] = site.library_sites.get(where, 0) + 1
             site.library_ops[where] = library_op
             if library_op not in site.op.split(", "):
                 site.op = f"{site.op}, {library_op}" if site.op else library_op
-
-    def _chain(self, frame: FrameType | None) -> list[str]:
-        """``file:line function`` of the user's frames from ``frame`` out, outermost first,
-        until a library called them (or :data:`CHAIN_FRAMES` of them)."""
-        chain: list[str] = []
-        while frame is not None and len(chain) < CHAIN_FRAMES:
-            code = frame.f_code
-            kind = self._frames.kind(code.co_filename)
-            if kind is None:
-                where = f"{display_path(code.co_filename)}:{frame.f_lineno}"
-                if chain and chain[-1].startswith(where + " "):  # a generator on the same line
-                    chain.pop()
-                chain.append(f"{where} {getattr(code, 'co_qualname', code.co_name)}")
-            elif kind:
-                break
-            frame = frame.f_back
-        return chain[::-1]
 
     def _patch(self) -> None:
         """Wrap methods that read tensor data without dispatching an op (on a CPU tensor)."""

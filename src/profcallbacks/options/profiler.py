@@ -19,9 +19,9 @@ from profcallbacks.options.trace import TraceOptions
 MAX_CAPTURES = 10_000
 """Most capture windows one run may take (each is a trace on disk)."""
 MAX_LOG_EVERY_N_STEPS = 100_000
+"""Most steps per step-time summary: the summary's steps are buffered until then."""
 DEFAULT_LOG_EVERY_N_STEPS = 50
 """Steps per summary when ``log_every_n_steps`` is None and steps are not short."""
-"""Most steps per step-time summary: the summary's steps are buffered until then."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,16 +126,15 @@ class ProfilerConfig:
             object.__setattr__(self, "ranks", tuple(ranks))
 
     @classmethod
-    def from_arguments(cls, arguments: dict[str, Any], *, logdir_required: bool = False) -> ProfilerConfig:
-        """The config of a front end's keyword arguments (its ``locals()`` in ``__init__``).
+    def from_arguments(cls, owner: str, options: dict[str, Any], *, logdir: Any = None,
+                       on_finding: Any = None, logdir_required: bool = False) -> ProfilerConfig:
+        """The config of a front end's ``options`` (its ``**options``), for ``owner`` (its name).
 
-        Every front end spells out the same options in its signature (IDEs, LightningCLI and
-        ``help()`` see them); this keeps the hand-over to the one validated config in one place.
-        The front end's own ``logdir`` (``None`` allowed unless ``logdir_required``: the
-        callbacks take the framework's directory) and ``on_finding`` are checked here too.
+        The hand-over to the one validated config, in one place. The front end's own ``logdir``
+        (``None`` allowed unless ``logdir_required``: the callbacks take the framework's
+        directory) and ``on_finding`` are checked here too; an option no front end takes (a
+        misspelling) is refused, naming it.
         """
-        logdir, on_finding = arguments.get("logdir"), arguments.get("on_finding")
-        owner = type(arguments["self"]).__name__ if "self" in arguments else "profiler"
         if (logdir is not None or logdir_required) and (not isinstance(logdir, (str, os.PathLike))
                                                         or not str(os.fspath(logdir)).strip()):
             raise fail(owner, "logdir", logdir, "a directory path (it is created if missing)",
@@ -143,7 +142,12 @@ class ProfilerConfig:
         if on_finding is not None and not callable(on_finding):
             raise fail(owner, "on_finding", on_finding, "a callable taking a Finding, or None",
                        fix="Use e.g. on_finding=print.")
-        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"{owner}() got an unknown option {unknown[0]!r}; the options are "
+                            f"{', '.join(known)} (ProfilerConfig's fields).")
+        return cls(**options)
 
     def options(self) -> dict[str, Any]:
         """Every option by name: the keyword arguments of a front end that has this config."""

@@ -8,8 +8,8 @@ Example:
 
 from profcallbacks.report.build import SCHEMA_VERSION, NoRunError, build_report, locate_run
 from profcallbacks.report.compare import compare_reports, render_compare_text
-from profcallbacks.report.html import render_html
-from profcallbacks.report.text import render_text
+from profcallbacks.report.render.html import render_html
+from profcallbacks.report.render.text import render_text
 
 __all__ = ["SCHEMA_VERSION", "NoRunError", "build_report", "compare_reports", "locate_run",
            "render_compare_text", "render_html", "render_text"]

@@ -7,25 +7,25 @@ from typing import Any
 
 from profcallbacks._version import __version__
 from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
-from profcallbacks.report.advice import RunContext, finding_advice, run_context, without_advice
-from profcallbacks.report.analysis import (
+from profcallbacks.report.analyse.advice import RunContext, finding_advice, run_context, without_advice
+from profcallbacks.report.analyse.captures import (
     UNHEALTHY_TRIGGERS,
     capture_analysis,
     public_metrics,
     rank_verdicts,
     run_verdict,
 )
-from profcallbacks.report.budgets import capture_budget, merged_trace, removed_captures
-from profcallbacks.report.compile import compile_diagnoses, compile_report
-from profcallbacks.report.coverage import slower_than_captured
-from profcallbacks.report.expert import fit_to_run, pool_diagnoses, with_peak
-from profcallbacks.report.logdir import RunFiles, find_runs, foreign_run
-from profcallbacks.report.memory import memory_report
-from profcallbacks.report.reading import ReadError, read_jsonl
-from profcallbacks.report.reading import as_int as _int
-from profcallbacks.report.restarts import split_runs
-from profcallbacks.report.stats import breakdown, clean_intervals, step_stats, top_operators
-from profcallbacks.report.traces import TraceSummary, summarise_file
+from profcallbacks.report.analyse.compile import compile_diagnoses, compile_report
+from profcallbacks.report.analyse.coverage import slower_than_captured
+from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with_peak
+from profcallbacks.report.analyse.memory import memory_report
+from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
+from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
+from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
+from profcallbacks.report.read.files import as_int as _int
+from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
+from profcallbacks.report.read.restarts import split_runs
+from profcallbacks.report.read.traces import TraceSummary, summarise_file
 
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
@@ -56,8 +56,7 @@ def locate_run(path: Path) -> RunFiles:
         if foreign is not None:
             return foreign
         if not path.is_dir():
-            raise NoRunError(f"{path}: not a Chrome trace (a .json or .json.gz file with "
-                             "traceEvents) and not a directory")
+            raise NoRunError(f"{path}: {why_not_a_trace(path)}")
         raise NoRunError(f"{path}: no profcallbacks run here and no torch.profiler traces (no "
                          "capture directories such as step000120-schedule/, no "
                          "profcallbacks/rank*.jsonl files, no *.json(.gz) traces)")
@@ -214,7 +213,7 @@ def _read_findings(run: RunFiles, problems: list[dict[str, str]]) -> list[dict[s
             findings.append({k: row[k] for k in FINDING_KEYS[:5]}
                             | {"details": details if isinstance(details, dict) else {}}
                             | ({"run": str(row["run"])} if row.get("run") else {}))
-    return findings  # in file order: report/restarts.py numbers the runs by it
+    return findings  # in file order: report/read/restarts.py numbers the runs by it
 
 
 def group_findings(findings: list[dict[str, Any]], context: RunContext | None = None,

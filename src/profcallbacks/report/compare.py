@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from profcallbacks.report.analyse.expert import diagnosis_changes
 from profcallbacks.report.build import SCHEMA_VERSION
-from profcallbacks.report.expert import diagnosis_changes
-from profcallbacks.report.safe import visible
+from profcallbacks.report.render.safe import visible
 
 ALL_OPERATORS = sys.maxsize
 """``build_report(run, top=ALL_OPERATORS)``: the full operator tables that a comparison needs."""

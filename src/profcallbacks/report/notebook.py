@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.report.build import NoRunError, build_report, locate_run
-from profcallbacks.report.html import _CSS, _e, render_html
+from profcallbacks.report.render.html import _CSS, _e, render_html
 
 SCOPE = "profcallbacks-report"
 """Class of the element that holds an inline report; every style rule is scoped to it."""

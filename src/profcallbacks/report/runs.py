@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from profcallbacks.report.build import build_report
-from profcallbacks.report.logdir import RunFiles
-from profcallbacks.report.safe import visible
+from profcallbacks.report.read.logdir import RunFiles
+from profcallbacks.report.render.safe import visible
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,59 @@
-"""The detectors every front end runs, built from a ProfilerConfig."""
+"""What a session runs between blocks of steps, built from a ProfilerConfig: its own
+participants (captures, memory, audit) and the detectors every front end runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profcallbacks.core.ranks import RankInfo
-from profcallbacks.detect.base import Detector, StepAuditor
+from profcallbacks.detect.base import Detector, Participant, StepAuditor
 
 if TYPE_CHECKING:
+    from profcallbacks.capture.controller import CaptureController
+    from profcallbacks.capture.trace_writer import CaptureHook
     from profcallbacks.options.profiler import ProfilerConfig
+
+
+def live_analysis() -> CaptureHook:
+    """The analysis the export helper runs on each published capture (``capture_verdict``,
+    ``slowdown_diagnosis``), imported when a session starts: a broken install stops it there."""
+    try:
+        from profcallbacks.report.capture_findings import capture_findings
+    except ImportError as exc:
+        raise ImportError(f"profcallbacks: the live capture analysis cannot be imported ({exc}); "
+                          "reinstall profcallbacks (pip install --force-reinstall profcallbacks)") from exc
+    return capture_findings
+
+
+def own_participants(config: ProfilerConfig, captures: CaptureController, logdir: Path,
+                     rank: RankInfo, *, start_step: int,
+                     auditor: StepAuditor | None) -> list[Participant]:
+    """The session's participants, in the order every hook runs (the detectors follow):
+
+    1. the baseline rule: it asks for its capture before the window opens at a boundary;
+    2. the capture windows: they open and close at the boundary (``end_block`` ends a
+       window step's span first, before any other bookkeeping);
+    3. the memory work: it looks at the window just opened, and its spy enters before the
+       audit's (dispatch modes leave in the order they came; ``close`` runs in reverse);
+    4. the sync audit (``auditor``, else ``config.sync_audit``'s): it starts only outside
+       capture windows, and stops first at the end of its step, before any detector work.
+    """
+    from profcallbacks.run.memory_monitor import MemoryMonitor
+    from profcallbacks.run.participants import BaselineRule, CaptureWindows, MemoryWork, StepAudit
+
+    participants: list[Participant] = []
+    slowdown = config.slowdown
+    if config.baseline_capture and slowdown is not None and config.capture_on_slowdown:
+        participants.append(BaselineRule(captures, start_step + slowdown.warmup_steps + 1))
+    participants.append(CaptureWindows(captures))
+    if config.memory is not None:
+        participants.append(MemoryWork(MemoryMonitor(config.memory, logdir, rank=rank.rank),
+                                       captures))
+    auditor = auditor if auditor is not None else default_auditor(config, rank)
+    if auditor is not None:
+        participants.append(StepAudit(auditor, captures))
+    return participants
 
 
 def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
@@ -32,7 +77,8 @@ def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
 
 def default_auditor(config: ProfilerConfig, rank: RankInfo) -> StepAuditor | None:
     """The sync audit of ``config.sync_audit`` (``None`` when it is off)."""
-    from profcallbacks.detect.sync_audit import SyncAuditor, resolve_sync_audit
+    from profcallbacks.detect.sync_audit import SyncAuditor
+    from profcallbacks.options.sync_audit import resolve_sync_audit
 
     audit = resolve_sync_audit(config.sync_audit)
     return SyncAuditor(audit, rank.rank) if audit is not None else None

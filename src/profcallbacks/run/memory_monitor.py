@@ -18,7 +18,6 @@ from profcallbacks.core.triggers import MEMORY
 from profcallbacks.detect.memory import (
     CUDA_ALLOCATED,
     PROCESS_RSS,
-    MemoryConfig,
     MemoryCreepDetector,
     cuda_total_mb,
     read_cuda_mb,
@@ -27,6 +26,7 @@ from profcallbacks.detect.memory import (
 from profcallbacks.detect.memory_sites import MemorySiteSpy, describe_sites
 from profcallbacks.findings import MEMORY_SITES, OUT_OF_MEMORY, Finding
 from profcallbacks.layout import memory_snapshot_file
+from profcallbacks.options.memory import MemoryConfig
 
 log = logging.getLogger(__name__)
 

@@ -163,6 +163,15 @@ class StepAudit(Participant):
         except Exception as exc:
             log.warning("profcallbacks: the sync audit could not report (%s).", exc)
 
+    def mark_batch(self, batch: object) -> None:
+        """``batch`` is the current step's input: while a step is watched, what is computed from
+        it counts as a device value on a CPU run (it would be on the device). Never raises."""
+        if self.auditing and self.auditor is not None:
+            try:
+                self.auditor.mark_batch(batch)
+            except Exception as exc:  # the audit never stops training
+                log.debug("profcallbacks: cannot follow the batch in the sync audit (%s).", exc)
+
     def take_findings(self) -> Iterable[Finding]:
         said, self._said = self._said, []
         return said

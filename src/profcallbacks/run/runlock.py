@@ -24,11 +24,12 @@ import stat
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from profcallbacks.core.safefs import create_exclusive, write_new
-from profcallbacks.layout import run_lock_file
+from profcallbacks.layout import run_lock_file, run_specific_file
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,14 @@ _MAX_MARKER_BYTES = 4096
 
 class LogdirInUseError(RuntimeError):
     """Another live run writes into the same log directory."""
+
+
+class MovableFile(Protocol):
+    """A file of the run that can go on under another name (steps file, findings file)."""
+
+    path: Path
+
+    def move_to(self, path: Path) -> None: ...
 
 
 class RunLock:
@@ -64,6 +73,7 @@ class RunLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lost = threading.Event()
+        self._left = False
         self.previous: dict[str, Any] | None = None
         """The marker of an earlier run that ended without closing, if one was taken over."""
 
@@ -139,6 +149,18 @@ class RunLock:
                     "training goes on.", self.path, holder.get("pid", "?"), holder.get("host", "?"),
                     STALE_S)
         return False
+
+    def leave_shared(self, files: Iterable[MovableFile | None]) -> None:
+        """Once the marker is lost (another run took the log directory over while this one was
+        suspended), move ``files`` to names of this run, once: the shared names are the other
+        run's from then on (:meth:`check` warned). Does nothing while the marker is ours."""
+        if self._left or not self._lost.is_set():
+            return
+        self._left = True
+        run = f"{self.host}-{os.getpid()}"
+        for file in files:
+            if file is not None:
+                file.move_to(run_specific_file(file.path, run))
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from profcallbacks.report.logdir import Capture, RunFiles, find_runs, foreign_run
+from profcallbacks.report.read.logdir import Capture, RunFiles, find_runs, foreign_run
 
 _RANK = re.compile(r"^rank(\d{1,9})_")
 

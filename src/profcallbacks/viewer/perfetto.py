@@ -22,7 +22,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from profcallbacks.core.safefs import read_regular
-from profcallbacks.report.safe import visible
+from profcallbacks.report.render.safe import visible
 
 PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001

@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any
 
-from profcallbacks.report.safe import visible
+from profcallbacks.report.render.safe import visible
 
 MAX_STEP = 1 << 62
 """Largest step or rank number taken (a bigger one is garbage, not a run)."""

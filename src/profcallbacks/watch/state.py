@@ -225,7 +225,7 @@ class LogdirState:
         if time.monotonic() < self._next_search:
             return False
         self._next_search = time.monotonic() + SEARCH_EVERY_S
-        from profcallbacks.report.logdir import find_runs
+        from profcallbacks.report.read.logdir import find_runs
 
         try:
             runs = find_runs(self.given)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from profcallbacks.core.timing import median
-from profcallbacks.report.safe import visible
+from profcallbacks.report.render.safe import visible
 from profcallbacks.watch.rows import MAX_NAME, finite, text
 from profcallbacks.watch.state import LogdirState, RankView
 

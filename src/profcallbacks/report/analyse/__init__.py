@@ -1,0 +1,1 @@
+"""The analyse stage: breakdowns, verdicts, diagnoses, advice, statistics, throughput."""

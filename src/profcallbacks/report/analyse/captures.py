@@ -1,0 +1,152 @@
+"""Per-file and per-capture analysis: GPU breakdown, host side per step, metrics and verdict.
+
+``analyse_events`` runs over one parsed trace; ``capture_analysis`` pools the files of one capture
+(the ranks) into one set of per-step metrics and a verdict; ``run_verdict`` pools the healthy
+captures of a run (every trigger but ``slowdown``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profcallbacks.core.trace_names import LOADER_PREFIXES
+from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
+from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
+from profcallbacks.report.analyse.advice import RunContext
+from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
+from profcallbacks.report.analyse.host_side import host_side
+from profcallbacks.report.analyse.verdict import decide
+from profcallbacks.report.read.events import scan
+
+_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
+                "comm_exposed_ms")
+
+
+def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
+                   steps: list[dict[str, Any]] | None = None, top: int = 3) -> dict[str, Any]:
+    """The analysis of one trace's events; ``cpu_ops`` and ``steps`` are ``TraceSummary``'s.
+
+    Returns a dict with ``gpu`` (full breakdown or ``None``), ``gpu_breakdown`` (the four report
+    shares or ``None``), ``host`` (per-step host numbers), ``metrics`` and ``problems``.
+    """
+    problems: list[str] = []
+    found = scan(events)
+    rows, launches = gpu_mod.gpu_rows(found, problems)
+    gpu = gpu_mod.breakdown(rows, launches, top)
+    host = host_side(found, steps, top)
+    if gpu is not None:
+        for row in host["per_step"]:
+            row["gpu"] = gpu_mod.step_shares(gpu, row["start_us"], row["end_us"])
+    n_steps = max(len(host["per_step"]), 1)
+    metrics: dict[str, Any] = {k: host[k] for k in _METRIC_KEYS}
+    metrics["steps"] = len(host["per_step"])
+    metrics["gpu"] = gpu
+    metrics["top_syncs"] = [dict(r, ms=r["ms"] / n_steps) for r in host["top_syncs"]]
+    ops = [(n, r) for n, r in cpu_ops.items() if not n.startswith(LOADER_PREFIXES)]
+    metrics["top_cpu_ops"] = [{"name": n, "self_ms": r[1] / n_steps}
+                              for n, r in sorted(ops, key=lambda kv: -kv[1][1])[:top]]
+    return {"gpu": gpu, "gpu_breakdown": gpu_mod.public(gpu), "host": host, "metrics": metrics,
+            "problems": problems}
+
+
+def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per-step metrics over several files or captures (step-weighted means)."""
+    metrics = [m for m in metrics if m.get("step_ms")]
+    if not metrics:
+        return None
+    steps = sum(max(m["steps"], 1) for m in metrics)
+    out: dict[str, Any] = {k: sum(m[k] * max(m["steps"], 1) for m in metrics) / steps
+                           for k in _METRIC_KEYS}
+    out["steps"] = steps
+    gpus = [m["gpu"] for m in metrics if m["gpu"] is not None]
+    out["gpu"] = gpus[0] if len(gpus) == 1 else _pool_gpu(gpus) if gpus else None
+    for key, value in (("top_syncs", "ms"), ("top_cpu_ops", "self_ms")):
+        acc: dict[str, float] = {}
+        for m in metrics:
+            for row in m[key]:
+                acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
+        out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
+    return out
+
+
+def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Span-weighted mean of several GPU breakdowns (one per rank or capture)."""
+    span = sum(g["span_ms"] for g in gpus)
+    out = dict(gpus[0])
+    out["span_ms"] = span
+    for key in ("idle_share", "compute_share", "non_compute_share", "comm_share",
+                "comm_exposed_share", "memcpy_share"):
+        out[key] = sum(g[key] * g["span_ms"] for g in gpus) / span
+    for key in ("comm_overlap_share", "idle_host_wait_share", "idle_kernel_wait_share",
+                "idle_other_share", "short_kernel_share", "launch_delay_median_us"):
+        values = [g[key] for g in gpus if g[key] is not None]
+        out[key] = sum(values) / len(values) if values else None
+    out["kernels"] = sum(g["kernels"] for g in gpus)
+    memcpy: dict[str, dict[str, float]] = {}
+    for g in gpus:
+        for name, row in g["memcpy"].items():
+            acc = memcpy.setdefault(name, {"count": 0, "ms": 0.0})
+            acc["count"] += row["count"]
+            acc["ms"] += row["ms"]
+    out["memcpy"] = memcpy
+    kernels: dict[str, float] = {}
+    for g in gpus:
+        for row in g["top_kernels"]:
+            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["ms"]
+    out["top_kernels"] = [{"name": n, "ms": v} for n, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:3]]
+    return out
+
+
+def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
+                     context: RunContext | None = None,
+                     previous: str | None = None) -> dict[str, Any]:
+    """``metrics`` (pooled over the capture's files), ``verdict``, ``diagnoses`` and
+    ``throughput`` of one capture.
+
+    ``previous`` is the verdict kind of the run's previous healthy capture (``decide``'s
+    hysteresis); ``context`` fits the advice to the run.
+    """
+    metrics = pool([f["metrics"] for f in files if "metrics" in f])
+    diagnoses = pool_diagnoses([(f"rank {f.get('rank', '-')}", f.get("diagnoses") or [])
+                                for f in files])
+    return {"metrics": metrics,
+            "verdict": decide(metrics, sync_sites, context=context, previous=previous)
+            if metrics else None,
+            "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
+
+
+def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,
+                context: RunContext | None = None) -> dict[str, Any] | None:
+    """The run's verdict over its healthy captures (all captures when none is healthy).
+
+    A close call keeps the kind most of those captures got (hysteresis over the run).
+    """
+    healthy = [c for c in captures if c.get("trigger") not in UNHEALTHY_TRIGGERS and c.get("metrics")]
+    chosen = healthy or [c for c in captures if c.get("metrics")]
+    metrics = pool([c["metrics"] for c in chosen])
+    kinds = [c["verdict"]["kind"] for c in chosen if c.get("verdict")]
+    usual = max(kinds, key=kinds.count) if kinds else None
+    return decide(metrics, sync_sites, context=context, previous=usual) if metrics else None
+
+
+def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
+                  context: RunContext | None = None) -> list[dict[str, Any]]:
+    """Each rank's own verdict in one capture: ``{"rank", "kind", "share", "close_to"}``."""
+    out = []
+    for f in files:
+        metrics = pool([f["metrics"]])
+        verdict = decide(metrics, sync_sites, context=context) if metrics else None
+        if verdict is not None:
+            out.append({"rank": f.get("rank"), "kind": verdict["kind"], "share": verdict["share"],
+                        "close_to": verdict["close_to"]})
+    return out
+
+
+def public_metrics(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON-friendly per-step numbers of a capture (no interval lists)."""
+    if metrics is None:
+        return None
+    out = {k: metrics[k] for k in (*_METRIC_KEYS, "steps", "top_syncs", "top_cpu_ops")}
+    gpu = metrics.get("gpu")
+    out["gpu"] = None if gpu is None else {k: v for k, v in gpu.items() if k not in ("busy", "compute")}
+    return out

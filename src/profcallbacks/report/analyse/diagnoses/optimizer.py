@@ -1,0 +1,97 @@
+"""``unfused_optimizer`` and ``grad_accumulation_sync``: per-parameter and per-micro-batch overheads.
+
+``unfused_optimizer``. Trigger: inside ``Optimizer.step#...`` ranges, at least ``MIN_OPS`` kernels
+(GPU) or operators (CPU) per step, none of them a ``multi_tensor_apply`` kernel, a ``_foreach_``
+operator or a fused optimizer kernel, and the optimizer not named fused (``FusedAdam``): the
+optimizer loops over parameters, launching a few small
+kernels for each. Cost: the optimizer ranges' time per step (what the whole step of the optimizer
+takes; a fused one still takes some, so this bounds the gain from above). Negative case: FusedAdam
+or a foreach optimizer (``multi_tensor_apply_kernel ... AdamFunctor`` on the memcpy_heavy trace).
+
+``grad_accumulation_sync``. Trigger: a step holding two or more ``DistributedDataParallel.forward``
+ranges (micro-batches) with an all-reduce (``nccl:all_reduce``, ``c10d::allreduce_``, or NCCL
+all-reduce kernels) after each of the first ones: DDP reduces gradients on every micro-batch, when
+only the last one needs it. Cost: the all-reduce time of every micro-batch but the last.
+Negative case: one forward per step (the V100 trace), or all-reduce after the last micro-batch only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms
+
+MIN_OPS = 30
+_FUSED = re.compile(r"multi_tensor_apply|_foreach_|fused|Fused|apex", re.IGNORECASE)
+_ALLREDUCE = re.compile(r"all_?reduce", re.IGNORECASE)
+
+
+def _inside(items: list[Op], start: float, end: float) -> list[Op]:
+    return [o for o in items if start <= o.ts and o.end <= end]
+
+
+def unfused_optimizer(cap: Capture) -> Diagnosis | None:
+    """See the module docstring."""
+    ranges = [o for o in cap.ops if o.name.startswith("Optimizer.step#") and cap.in_steps(o.ts)]
+    if not ranges or any(_FUSED.search(r.name) for r in ranges):
+        return None
+    if not cap.has_gpu and not cap.cpu_only:
+        return None  # a device whose kernels this trace does not show (MTIA, a CPU-side file)
+    names: list[str] = []
+    for r in ranges:
+        if cap.has_gpu:
+            names += [k.name for k in cap.kernels if k.cat == "kernel" and k.launch_ts is not None
+                      and r.ts <= k.launch_ts <= r.end]
+        names += [o.name for o in _inside(cap.ops, r.ts, r.end)
+                  if o.parents and o.parents[-1] == r.name and o is not r]
+    if any(_FUSED.search(n) for n in names):
+        return None
+    counted = [n for n in names if not n.startswith(("aten::", "Optimizer"))] if cap.has_gpu else names
+    per_step = len(counted) / cap.n_steps
+    if per_step < MIN_OPS:
+        return None
+    cost = sum(r.end - r.ts for r in ranges)
+    gain, share = cap.per_step(cost)
+    optimizer = ranges[0].name.split("#", 1)[1].rsplit(".", 1)[0]
+    what = "kernels" if cap.has_gpu else "operators"
+    fused = "fused=True (Adam, AdamW, SGD on CUDA) or " if cap.has_gpu else ""
+    return Diagnosis(kind="unfused_optimizer",
+                     what=f"the optimizer ({optimizer}) steps parameter by parameter",
+                     evidence=[f"{per_step:.0f} {what} per optimizer step, none of them "
+                               f"multi-tensor (foreach/fused); optimizer {ms(cost / cap.n_steps)} "
+                               "per step"],
+                     where=ranges[0].name, gain_ms=gain, gain_share=share,
+                     fix=[f"torch.optim.{optimizer}(params, ..., {fused}foreach=True): one "
+                          "kernel for many parameters instead of a few per parameter."])
+
+
+def grad_accumulation_sync(cap: Capture) -> Diagnosis | None:
+    """See the module docstring."""
+    forwards = sorted((o for o in cap.ops if o.name == "DistributedDataParallel.forward"),
+                      key=lambda o: o.ts)
+    reduces = [(o.ts, o.end) for o in cap.ops if _ALLREDUCE.search(o.name)
+               and o.name.startswith(("nccl:", "c10d::", "record_param_comms"))]
+    reduces += [(k.ts, k.end) for k in cap.kernels if k.cat == "kernel" and "nccl" in k.name.lower()
+                and _ALLREDUCE.search(k.name)]
+    cost, accumulating, synced = 0.0, 0, 0
+    for start, end, _ in cap.steps:
+        micro = [f for f in forwards if start <= f.ts < end]
+        if len(micro) < 2:
+            continue
+        accumulating += 1
+        for this, nxt in zip(micro, micro[1:], strict=False):
+            between = [(s, e) for s, e in reduces if this.end <= s < nxt.ts]
+            if between:
+                synced += 1
+                cost += sum(e - s for s, e in between)
+    if not synced:
+        return None
+    gain, share = cap.per_step(cost)
+    return Diagnosis(kind="grad_accumulation_sync",
+                     what="DDP all-reduces gradients on every micro-batch of gradient accumulation",
+                     evidence=[f"{accumulating} step(s) with several micro-batches; {synced} "
+                               f"all-reduce(s) before the last micro-batch, {ms(cost)}"],
+                     where="DistributedDataParallel.forward", gain_ms=gain, gain_share=share,
+                     fix=["Wrap every micro-batch but the last in model.no_sync() (Lightning and "
+                          "the HF Trainer do this for their accumulate_grad_batches / "
+                          "gradient_accumulation_steps; check a custom loop)."])

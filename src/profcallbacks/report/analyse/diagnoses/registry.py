@@ -1,0 +1,57 @@
+"""Runs every rule over one capture in a fixed order and ranks what they found by gain.
+
+``cold_start`` runs first: it marks the cold part that every later rule leaves out of its step.
+A rule that fails on an odd trace is logged and skipped; the others still run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
+from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
+from profcallbacks.report.analyse.diagnoses.host_waits import launch_bound, sync_in_step
+from profcallbacks.report.analyse.diagnoses.loader import input_pipeline
+from profcallbacks.report.analyse.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU_SHARE, Capture, Diagnosis
+from profcallbacks.report.analyse.diagnoses.optimizer import grad_accumulation_sync, unfused_optimizer
+from profcallbacks.report.analyse.diagnoses.precision import fp32_compute
+from profcallbacks.report.analyse.diagnoses.startup import cold_start
+from profcallbacks.report.read.capture_model import build_capture
+
+log = logging.getLogger(__name__)
+Rule = Callable[[Capture], Diagnosis | None]
+RULES: tuple[Rule, ...] = (cold_start, fp32_compute, pageable_copy, sync_in_step, launch_bound,
+                           unfused_optimizer, attention_math_fallback, hidden_copies,
+                           input_pipeline, grad_accumulation_sync)
+KINDS = tuple(rule.__name__ for rule in RULES)
+"""Every diagnosis kind, in the order the rules run."""
+
+
+def run_rules(cap: Capture) -> list[Diagnosis]:
+    """Every diagnosis of ``cap`` worth at least ``MIN_GAIN_SHARE`` of its step (or
+    ``MIN_GPU_SHARE`` of its kernel time), largest gain first."""
+    found: list[Diagnosis] = []
+    for rule in RULES:
+        try:
+            diagnosis = rule(cap)
+        except Exception as exc:  # one odd trace never costs the report its other rules
+            log.warning("profcallbacks: diagnosis rule %s skipped (%s: %s)", rule.__name__,
+                        type(exc).__name__, exc)
+            continue
+        if diagnosis is not None and (diagnosis.gain_share >= MIN_GAIN_SHARE or
+                                      diagnosis.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE):
+            found.append(diagnosis)
+    found.sort(key=lambda d: -d.gain_ms)
+    for d in found:
+        d.details["per"] = "capture" if cap.whole_span else "step"
+    return found
+
+
+def diagnose_events(events: list[Any], properties: Any = None,
+                    sync_sites: list[str] | None = None) -> tuple[list[Diagnosis], Capture]:
+    """The diagnoses of one trace's decoded events (and the capture the rules read)."""
+    cap = build_capture(events, properties)
+    cap.sync_sites = list(sync_sites or [])
+    return run_rules(cap), cap

@@ -1,0 +1,84 @@
+"""Throughput and MFU of one capture: FLOPs per step, achieved TFLOP/s, and the share of the peak.
+
+FLOPs come from the trace's ``flops`` arguments where torch.profiler wrote them (``with_flops=True``
+in torch versions that put them in the trace), else from the recorded input shapes of matmul,
+convolution and attention operators (``record_shapes=True``, the default of ``TraceOptions``; see
+``flops.py``); without either there are no FLOPs and no MFU. MFU (model FLOPs
+utilisation) is the achieved rate over the device's **dense** datasheet peak for the dtype the
+GEMM kernels ran in (``PEAK_TFLOPS``; never the 2:4-sparsity figures, which are twice as high).
+An unknown device or dtype gives no MFU unless a peak is passed (``--peak-tflops``); the
+denominator is always reported next to the ratio.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from profcallbacks.report.analyse.diagnoses.model import Capture
+from profcallbacks.report.analyse.diagnoses.precision import gemm_class, precision
+
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # dense datasheet peaks, TFLOP/s (NVIDIA data sheets; tensor-core figures without sparsity)
+    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
+    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
+    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
+    "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+    "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
+    "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
+    "T4": {"fp32": 8.1, "fp16": 65.0},
+}
+_MATCH = (("H100 PCIe", r"H100.*PCIe"), ("H100 SXM", r"H100"), ("H200", r"H200"),
+          ("A100", r"A100"), ("L40S", r"L40S"), ("L4", r"\bL4\b"), ("A10", r"\bA10G?\b"),
+          ("V100 PCIe", r"V100.*PCIE"), ("V100 SXM2", r"V100"), ("T4", r"\bT4\b"))
+
+
+_NOTE = {"shapes": "matmul, convolution and fused-attention operators only; kernels launched "
+                   "without an aten operator (compiled graphs, custom ops) are not counted, so "
+                   "this is a lower bound"}
+
+
+def device_key(name: str | None) -> str | None:
+    """The ``PEAK_TFLOPS`` row of a device name such as ``NVIDIA A100-SXM4-80GB``, or None."""
+    if not name:
+        return None
+    for key, pattern in _MATCH:
+        if re.search(pattern, name, re.IGNORECASE):
+            return key
+    return None
+
+
+def compute_dtype(cap: Capture) -> str | None:
+    """The precision most GEMM/convolution kernel time ran in (``fp32``, ``tf32``, ``bf16``,
+    ``fp16``), or None without such kernels."""
+    time: dict[str, float] = {}
+    for k in cap.kernels:
+        if gemm_class(k) is not None:
+            dtype = precision(k.name)
+            time[dtype] = time.get(dtype, 0.0) + k.dur
+    return max(time, key=lambda d: time[d]) if time else None
+
+
+def throughput(cap: Capture, peak_tflops: float | None = None) -> dict[str, Any]:
+    """``captures[].throughput`` of the report schema (see docs/report-schema.md)."""
+    step_ms = cap.step_ms()
+    steps_per_s = 1e3 / step_ms if step_ms > 0 and not cap.whole_span else None
+    flops = sum(f for ts, f in cap.flops if cap.in_steps(ts)) / cap.n_steps if cap.flops else None
+    achieved = flops / (step_ms / 1e3) / 1e12 if flops and step_ms > 0 else None
+    device = cap.device.name if cap.device is not None else None
+    dtype = compute_dtype(cap) if cap.has_gpu else None
+    key = device_key(device)
+    peak, source = None, None
+    if peak_tflops is not None:
+        peak, source = peak_tflops, "given"
+    elif key is not None and dtype is not None and dtype in PEAK_TFLOPS[key]:
+        peak, source = PEAK_TFLOPS[key][dtype], f"{key} dense {dtype} datasheet peak"
+    mfu = achieved / peak if achieved is not None and peak else None
+    return {"step_ms": step_ms, "steps_per_s": steps_per_s,
+            "flops_per_step": flops, "flops_source": cap.flops_source if flops else None,
+            "flops_note": _NOTE.get(cap.flops_source or "") if flops else None,
+            "achieved_tflops": achieved, "device": device, "dtype": dtype,
+            "peak_tflops": peak, "peak_source": source, "mfu": mfu}

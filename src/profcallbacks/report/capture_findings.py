@@ -1,0 +1,161 @@
+"""Live analysis of a capture just exported: ``capture_verdict`` and ``slowdown_diagnosis``.
+
+Runs in the export worker, off the training thread; the findings it returns travel back to the
+training thread, where the session emits them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.core.capture_info import CaptureInfo
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import LOADER_PREFIXES
+from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
+from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
+from profcallbacks.report.analyse.advice import run_context
+from profcallbacks.report.analyse.captures import analyse_events, pool
+from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run, trace_expert
+from profcallbacks.report.analyse.growth import describe, growth_pattern
+from profcallbacks.report.analyse.verdict import decide, label
+from profcallbacks.report.read.decode import Trace, decode_trace, load_trace, slim
+from profcallbacks.report.read.traces import summarise
+
+TOP_CHANGES = 8
+MIN_DELTA_MS = 0.01
+"""Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
+NOT_SLOWER = 1.05
+"""A slowdown capture whose step is at most this factor of its baseline's holds no slowdown."""
+
+
+def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
+    """What later captures compare against: per-step metrics, verdict and operator times.
+
+    ``previous`` is the verdict kind of the run's previous healthy capture: a close call keeps it.
+    """
+    summary = summarise(trace, Path(info.name))
+    analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
+    metrics = pool([analysis["metrics"]])
+    steps = max(len(summary.steps), 1)
+    context = run_context([summary.format], names=summary.cpu_ops,
+                          world_size=info.rank.world_size)
+    expert = trace_expert(trace.traceEvents, trace.deviceProperties)
+    return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
+            "diagnoses": fit_to_run(expert["diagnoses"], context),
+            "throughput": expert["throughput"],
+            "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
+            "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
+                        if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
+            "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
+
+
+def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInfo,
+                     history: list[dict[str, Any]]) -> list[Finding]:
+    """Findings about one exported capture; appends its profile to ``history``.
+
+    Args:
+        trace_file: The capture's trace (a path, its JSON, or the trace already parsed).
+        info: The capture window (name, trigger, steps, rank).
+        history: Profiles of this run's earlier captures (``capture_profile``), oldest first.
+
+    Returns:
+        ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
+        ``slowdown_diagnosis``: what grew per step, largest first (warning), or, when the
+        slowdown capture's steps were not slower than the healthy capture's, that (info).
+    """
+    # The collector is paused (3x faster parsing) only on a main thread: in the helper process.
+    # On the thread fallback it would pause the training process's collector.
+    paused = gc_paused() if threading.current_thread() is threading.main_thread() else nullcontext()
+    with paused:
+        if isinstance(trace_file, dict):
+            trace = slim(trace_file, Path(info.name))
+        elif isinstance(trace_file, bytes):
+            trace = decode_trace(trace_file, Path(info.name))
+        else:
+            trace = load_trace(trace_file)
+        if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
+            # the published directory: name-2, name-3 ... when an earlier run took the name
+            info = dataclasses.replace(info, name=trace_file.parent.name)
+        earlier = [p["verdict"]["kind"] for p in history
+                   if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
+        profile = capture_profile(trace, info, earlier[-1] if earlier else None)
+        del trace
+    step = info.steps[-1].step if info.steps else info.first_step
+    findings = []
+    verdict = profile["verdict"]
+    if verdict is not None:
+        leading = profile["diagnoses"][:TOP_LIVE]
+        first = (f" Top diagnosis: {leading[0]['kind']}, up to {leading[0]['gain_ms']:.2f} ms per "
+                 f"step: {leading[0]['fix'][0]}" if leading else "")
+        findings.append(Finding(
+            CAPTURE_VERDICT, step, info.rank.rank, "info",
+            f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
+            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
+            {"capture": info.name, **verdict, "diagnoses": leading,
+             "throughput": profile["throughput"],
+             **({"directory": str(trace_file.parent.absolute())}
+                if isinstance(trace_file, Path) else {})}))
+    healthy = [p for p in history if p["trigger"] not in UNHEALTHY_TRIGGERS and p["metrics"]]
+    if info.trigger == SLOWDOWN and healthy and profile["metrics"]:
+        findings += _slowdown_diagnosis(healthy[-1], profile, info, step, verdict)
+    history.append(profile)
+    return findings
+
+
+def _slowdown_diagnosis(before: dict[str, Any], profile: dict[str, Any], info: CaptureInfo,
+                        step: int, verdict: dict[str, Any] | None) -> list[Finding]:
+    """What grew from the healthy capture ``before`` to the slowdown capture ``profile``; when the
+    slow capture's steps were not slower, that, and no operator blamed."""
+    before_ms, after_ms = before["metrics"]["step_ms"], profile["metrics"]["step_ms"]
+    head = f"step {before_ms:.2f} -> {after_ms:.2f} ms since capture {before['name']}; "
+    growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
+                            {**before["cpu_ops"], **before["gpu_ops"]},
+                            {**profile["cpu_ops"], **profile["gpu_ops"]})
+    details: dict[str, Any] = {"before": before["name"], "after": info.name,
+                               "before_step_ms": before_ms, "after_step_ms": after_ms,
+                               "before_verdict": before["verdict"], "after_verdict": verdict,
+                               "growth": growth}
+    if after_ms <= NOT_SLOWER * before_ms:
+        return [Finding(
+            SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "info",
+            head + "the captured steps were not slower than the baseline capture's, so the capture "
+            "holds no slowdown to explain: it passed before the capture, or the baseline was "
+            "taken while the machine was slow (other jobs, throttling); no operator is blamed",
+            {**details, "changes": [], "slower": False})]
+    changes = diagnose(before, profile)
+    if not changes:
+        return []
+    top, clause = changes[0], describe(growth)
+    return [Finding(
+        SLOWDOWN_DIAGNOSIS, step, info.rank.rank, "warning",
+        head + (f"{clause}; " if clause else "")
+        + f"grew most: {top['what']} {top['before_ms']:.2f} -> {top['after_ms']:.2f} ms per step",
+        {**details, "changes": changes, "slower": True})]
+
+
+def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+    """The step's parts (ms per step) that add up to it, for ``growth.growth_pattern``."""
+    data, ops = metrics["data_wait_ms"], metrics["cpu_ops_ms"]
+    return {"data wait": data, "CPU operators": ops,
+            "other": max(metrics["step_ms"] - data - ops, 0.0)}
+
+
+def diagnose(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """What grew per step from ``before`` to ``after`` (profiles), largest first."""
+    mb, ma = before["metrics"], after["metrics"]
+    rows = [("data wait", mb["data_wait_ms"], ma["data_wait_ms"]),
+            ("host sync time", mb["sync_ms"], ma["sync_ms"])]
+    gb, ga = mb.get("gpu"), ma.get("gpu")
+    if gb and ga:
+        rows.append(("GPU idle", gb["idle_share"] * mb["step_ms"], ga["idle_share"] * ma["step_ms"]))
+    for kind in ("cpu_ops", "gpu_ops"):
+        for name in set(before[kind]) | set(after[kind]):
+            rows.append((name, before[kind].get(name, 0.0), after[kind].get(name, 0.0)))
+    changes = [{"what": what, "before_ms": b, "after_ms": a, "delta_ms": a - b}
+               for what, b, a in rows if a - b >= MIN_DELTA_MS]
+    changes.sort(key=lambda c: -c["delta_ms"])
+    return changes[:TOP_CHANGES]

@@ -1,0 +1,1 @@
+"""The model stage: what a trace says, typed, for the analyses to read."""

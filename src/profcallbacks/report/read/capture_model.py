@@ -1,0 +1,188 @@
+"""Builds the ``Capture`` the rules read from one decoded trace.
+
+One pass sorts the events into CPU operators (and annotations), CUDA runtime calls, GPU activity
+and Python frames; a sweep per thread then gives each operator the names of those enclosing it
+and each kernel the operators enclosing its launch (via the launch's ``correlation`` id), so a
+rule can tell a matmul's kernel from a convolution's, or an optimizer's from the model's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from profcallbacks.core.trace_names import (
+    CPU_OP,
+    CUDA_PROFILER_RANGE,
+    KERNEL,
+    OLD_CATEGORIES,
+    PYTHON_FUNCTION,
+    USER_ANNOTATION,
+)
+from profcallbacks.core.trace_names import GPU_CATEGORIES as _GPU_CATS
+from profcallbacks.core.trace_names import HOST_ONLY_CATEGORIES as HOST_ONLY_CATS
+from profcallbacks.core.trace_names import RUNTIME_CATEGORIES as _RUNTIME_CATS
+from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
+from profcallbacks.report.analyse.diagnoses.model import Capture, Device, Kernel, Op
+from profcallbacks.report.model.flops import COUNTED, shape_flops
+from profcallbacks.report.read.decode import MISSING, Args, shape_value
+
+_HOST_CATS = frozenset({CPU_OP, USER_ANNOTATION})
+_ARCH = (("hopper", 9, 0), ("sm90", 9, 0), ("ampere", 8, 0), ("sm80", 8, 0), ("sm86", 8, 6),
+         ("turing", 7, 5), ("sm75", 7, 5), ("volta", 7, 0), ("sm70", 7, 0))
+_ARCH_RE = re.compile(r"(?:^|[^a-z])(hopper|ampere|turing|volta|sm90|sm80|sm86|sm75|sm70)_")
+
+
+def device_of(properties: Any, kernel_names: list[str]) -> Device | None:
+    """The trace's GPU from ``deviceProperties`` (the first entry), else guessed from kernel names."""
+    if isinstance(properties, list) and properties and isinstance(properties[0], dict):
+        first = properties[0]
+        major, minor = first.get("computeMajor"), first.get("computeMinor")
+        if isinstance(major, int) and isinstance(minor, int):
+            name = first.get("name") if isinstance(first.get("name"), str) else None
+            amd = name is not None and re.search(r"AMD|Radeon|Instinct|\bMI\d{3}", name) is not None
+            return Device(name, major, minor, nvidia=not amd)
+    for name in kernel_names:
+        match = _ARCH_RE.search(name)
+        if match:
+            arch = match.group(1)
+            major, minor = next((ma, mi) for a, ma, mi in _ARCH if a == arch)
+            return Device(None, major, minor, guessed=True)
+    return None
+
+
+def build_capture(events: list[Any], properties: Any = None) -> Capture:
+    """The ``Capture`` of decoded ``events`` (``decode.Event``); malformed events are skipped."""
+    ops: list[Op] = []
+    runtime: list[Op] = []
+    frames: dict[Any, list[Op]] = {}
+    kernels: list[Kernel] = []
+    launch_of: dict[int, Op] = {}
+    corr_of: dict[int, int] = {}  # id(kernel) -> correlation
+    steps: list[tuple[float, float, str, bool]] = []
+    cats: set[Any] = set()
+    flops: list[tuple[float, float]] = []
+    shaped: list[tuple[Op, Any]] = []
+    for event in events:
+        try:
+            if event.ph != "X":
+                continue
+            cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
+            if cat in OLD_CATEGORIES:  # a trace not normalised by the reader yet
+                cat = OLD_CATEGORIES[cat]
+            if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
+                continue
+            if not (math.isfinite(ts) and dur >= 0):
+                continue
+        except (AttributeError, TypeError):
+            continue
+        name = name if type(name) is str else str(name)
+        end = ts + dur
+        args = event.args if isinstance(event.args, Args) else None
+        if cat in _HOST_CATS:
+            if name.startswith(_STEP):
+                steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
+                continue
+            op = Op(ts, end, name, (event.pid, event.tid))
+            ops.append(op)
+            if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
+                flops.append((ts, float(args.flops)))
+            elif args is not None and name in COUNTED:
+                shaped.append((op, args))
+        elif cat == PYTHON_FUNCTION:
+            frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
+        elif cat in _RUNTIME_CATS:
+            call = Op(ts, end, name, (event.pid, event.tid))
+            runtime.append(call)
+            corr = _int(args.correlation) if args is not None else -1
+            if corr >= 0:
+                launch_of[corr] = call
+        elif cat in _GPU_CATS:
+            kernel = Kernel(ts, end, name, cat)
+            kernels.append(kernel)
+            corr = _int(args.correlation) if args is not None else -1
+            if corr >= 0:
+                corr_of[id(kernel)] = corr
+        elif type(cat) is str:
+            cats.add(cat)  # another device's activity (mtia_runtime ...) or a host category
+    _nest(ops, runtime)
+    source = "with_flops" if flops else None
+    if not flops:
+        for op, args in shaped:
+            if any(p in COUNTED for p in op.parents):
+                continue  # counted once, at the outermost counted operator
+            value = shape_flops(op.name, shape_value(args.dims), shape_value(args.concrete))
+            if value:
+                flops.append((op.ts, value))
+        source = "shapes" if flops else None
+    for kernel in kernels:
+        found = launch_of.get(corr_of.get(id(kernel), -1))
+        if found is not None:
+            call = found
+            kernel.launch_ts = call.ts
+            kernel.ops = call.parents
+    kernels.sort(key=lambda k: k.ts)
+    if any(ours for *_, ours in steps):
+        steps = [s for s in steps if s[3]]
+    ranges = [(s, e, _number(n)) for s, e, n, _ in steps]
+    whole = False
+    if not ranges:
+        times = [(o.ts, o.end) for o in ops] + [(r.ts, r.end) for r in runtime]
+        if times:
+            ranges = [(min(t[0] for t in times), max(t[1] for t in times), -1)]
+            whole = True
+    for items in frames.values():
+        items.sort(key=lambda f: (f.ts, -f.end))
+    return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
+                   device=device_of(properties, [k.name for k in kernels if k.cat == KERNEL][:2000]),
+                   flops=flops, flops_source=source, whole_span=whole,
+                   cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
+                   replayed=CUDA_PROFILER_RANGE in cats)
+
+
+def _nest(ops: list[Op], runtime: list[Op]) -> None:
+    """Sets ``parents`` of every operator and runtime call: the operators enclosing it on its
+    thread, outermost first."""
+    threads: dict[Any, list[tuple[float, int, float, int]]] = {}
+    every = ops + runtime
+    calls = len(ops)
+    for i, item in enumerate(every):  # sorted as tuples: start, operators first, longest first
+        threads.setdefault(item.tid, []).append((item.ts, i >= calls, -item.end, i))
+    for rows in threads.values():
+        rows.sort()
+        stack: list[Op] = []
+        names: tuple[str, ...] = ()
+        for _, is_call, _, i in rows:
+            item = every[i]
+            while stack and stack[-1].end <= item.ts:
+                stack.pop()
+                names = names[:-1]
+            item.parents = names
+            if not is_call:
+                stack.append(item)
+                names = (*names, item.name)
+
+
+def enclosing_frame(frames: list[Op], ts: float, skip: tuple[str, ...]) -> str | None:
+    """The innermost Python frame around ``ts`` whose name holds none of ``skip``
+    (``file.py(12): fn``), or None."""
+    best: Op | None = None
+    for frame in frames:
+        if frame.ts > ts:
+            break
+        if frame.end >= ts and not any(s in frame.name for s in skip):
+            best = frame if best is None or frame.ts >= best.ts else best
+    return best.name if best is not None else None
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+
+
+def _number(name: str) -> int:
+    digits = name[len(_STEP):]
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 18 else -1

@@ -1,0 +1,161 @@
+"""One pass over a trace's events collecting what the GPU and host analyses need.
+
+A 110 MB trace holds ~400k events; each Python pass over them costs about a second, so the GPU
+breakdown (report/analyse/gpu_breakdown.py) and the host side (report/analyse/host_side.py) share
+this one pass, which looks at an event's ``cat`` first and does the least work for the common
+``cpu_op`` events.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from profcallbacks.core.trace_names import (
+    ASYNC_COPY_CALL,
+    CPU_OP,
+    DEVICE_CATEGORIES,
+    DEVICE_SYNCS,
+    GPU_MEMCPY,
+    HOST_CATEGORIES,
+    LOADER_PREFIXES,
+    MARKED_PREFIXES,
+    OPTIMIZER_PREFIX,
+    RUNTIME_CATEGORIES,
+    STEP_PREFIX,
+    SYNC_CALLS,
+    TRACE_SPAN,
+)
+from profcallbacks.report.read.decode import MISSING, Args, Event
+
+Interval = tuple[float, float]
+Row = tuple[float, float, str, int, int]  # ts, end, name, stream, correlation (us)
+
+
+
+@dataclass
+class Scan:
+    """What one pass over the events found (times in us, HTA-rounded for GPU rows)."""
+
+    gpu: list[Row] = field(default_factory=list)
+    host: list[tuple[float, int, bool]] = field(default_factory=list)  # ts, correlation, is a step
+    step_names: set[str] = field(default_factory=set)
+    steps: list[tuple[float, float, str, bool]] = field(default_factory=list)  # ts, end, name, ours
+    syncs: list[tuple[float, float, str]] = field(default_factory=list)
+    async_copies: dict[int, Interval] = field(default_factory=dict)
+    blocking_copies: set[int] = field(default_factory=set)
+    optimizer: list[Interval] = field(default_factory=list)
+    comm: list[Interval] = field(default_factory=list)
+    comm_ops: list[Interval] = field(default_factory=list)  # the cpu_op ones (the calling thread)
+    data: list[Interval] = field(default_factory=list)
+    ops: list[Interval] = field(default_factory=list)
+    plain_ops: list[Event] = field(default_factory=list)  # other cpu_op events, unchecked
+    lo: float = math.inf
+    hi: float = -math.inf
+    bad_dur: int = 0
+    device_events: int = 0
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def scan(events: list[Any]) -> Scan:
+    """One pass over decoded ``events`` (``decode.Event``; see the module docstring); faulty
+    events are counted, skipped."""
+    out = Scan()
+    gpu, host, syncs, ops = out.gpu, out.host, out.syncs, out.ops
+    lo, hi = math.inf, -math.inf
+    plain = out.plain_ops
+    for event in events:
+        try:  # the common case without isinstance checks; anything odd takes the except path
+            cat = event.cat
+            if cat == CPU_OP:  # most events: keep a reference, look closer only when needed
+                name = event.name
+                if name not in SYNC_CALLS and not name.startswith(MARKED_PREFIXES):
+                    plain.append(event)
+                    continue
+            if event.ph != "X" or cat is MISSING:
+                continue
+            ts, dur, name = event.ts, event.dur, event.name
+            if not dur >= 0 or type(ts) is str or type(dur) is str or name is MISSING:
+                raise TypeError
+            end = ts + dur
+        except (KeyError, TypeError, IndexError, AttributeError):
+            if isinstance(event, Event) and event.ph == "X" and event.cat not in (None, TRACE_SPAN, MISSING):
+                out.bad_dur += 1
+            continue
+        if type(name) is not str:
+            name = str(name)
+        if cat == CPU_OP:
+            if ts < lo:
+                lo = ts
+            if end > hi:
+                hi = end
+            if not name.startswith(MARKED_PREFIXES):
+                ops.append((ts, end))
+                syncs.append((ts, end, name))
+                continue
+        if cat is None or cat == TRACE_SPAN:
+            continue
+        args = event.args
+        if name.startswith(MARKED_PREFIXES) and cat in HOST_CATEGORIES:
+            lo, hi = min(lo, ts), max(hi, end)
+            _marked(out, ts, end, name, args, cat)
+            continue
+        if cat in DEVICE_CATEGORIES:
+            out.device_events += 1
+        stream, corr = (_int(args.stream), _int(args.correlation)) if isinstance(args, Args) else (-1, -1)
+        if cat in RUNTIME_CATEGORIES:
+            lo, hi = min(lo, ts), max(hi, end)
+            if name in SYNC_CALLS:
+                syncs.append((ts, end, name))
+            elif name == ASYNC_COPY_CALL and corr >= 0:
+                out.async_copies[corr] = (ts, end)
+        elif cat == GPU_MEMCPY and corr >= 0 and ("DtoH" in name or "Pageable" in name):
+            out.blocking_copies.add(corr)
+        if isinstance(ts, float):  # ns resolution: whole microseconds inward, as HTA does
+            ts, end = math.ceil(ts), math.floor(end)
+        if (stream >= 0 and corr >= 0) or name in DEVICE_SYNCS:
+            gpu.append((ts, end, name, stream, corr))
+        else:
+            if corr >= 0:
+                host.append((ts, corr, False))
+            if stream >= 0:  # HTA counts these on the GPU timeline too
+                gpu.append((ts, end, name, stream, -1))
+    out.lo, out.hi = lo, hi
+    return out
+
+
+def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
+    """Every CPU operator's interval and the host span (``lo``, ``hi``), the plain operators
+    included (only traces without step ranges need them)."""
+    ops, lo, hi = list(found.ops), found.lo, found.hi
+    for event in found.plain_ops:
+        ts, dur = event.ts, event.dur
+        if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
+            ops.append((ts, ts + dur))
+            lo, hi = min(lo, ts), max(hi, ts + dur)
+    return ops, lo, hi
+
+
+def _marked(out: Scan, ts: float, end: float, name: str, args: Any, cat: str) -> None:
+    """A step range, dataloader fetch, optimizer step or communication call (any host category)."""
+    if name.startswith(STEP_PREFIX):
+        out.step_names.add(name)
+        out.host.append((math.ceil(ts) if isinstance(ts, float) else ts, -1, True))
+        out.steps.append((ts, end, name, isinstance(args, Args) and bool(args.profcallbacks)))
+    elif name.startswith(LOADER_PREFIXES):
+        out.data.append((ts, end))
+    elif name.startswith(OPTIMIZER_PREFIX):
+        out.optimizer.append((ts, end))
+        out.ops.append((ts, end))
+    else:
+        out.comm.append((ts, end))
+        if cat == CPU_OP:
+            out.comm_ops.append((ts, end))
+            out.ops.append((ts, end))

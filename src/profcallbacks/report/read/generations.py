@@ -1,0 +1,147 @@
+"""One reading of every generation of Chrome-format torch.profiler traces.
+
+torch.profiler has written its Chrome traces in two vocabularies:
+
+- torch 1.8-1.13 (kineto's first years): CPU operators ``Operator``, CUDA runtime calls
+  ``Runtime``, device work ``Kernel``, ``Memcpy``, ``Memset``, Python frames ``Python``; the
+  ``ProfilerStep#N`` and ``enumerate(DataLoader)#...`` ranges are ``Operator`` events too; tids
+  are strings (``"25738"``, ``"stream 7"``);
+- torch 2.x: ``cpu_op``, ``cuda_runtime``/``cuda_driver``, ``kernel``, ``gpu_memcpy``,
+  ``gpu_memset``, ``python_function``; ``record_function`` ranges (``ProfilerStep#N``, the
+  DataLoader's ``enumerate(DataLoader)#...__next__``, Lightning's ``[_TrainingEpochLoop]...``)
+  are ``user_annotation``, their device-side shadows ``gpu_user_annotation``; tids are numbers;
+  timestamps are microseconds, as floats with nanosecond digits in newer versions
+  (``ns_resolution`` traces).
+
+:func:`normalise` rewrites a decoded trace, in place, into the 2.x vocabulary the rest of the
+report reads, and puts each marker where the report looks for it whatever category carried it:
+step ranges become ``user_annotation``, data-loader ranges ``cpu_op`` (an outermost range of the
+host thread, as the project's own exporter writes them). It returns a :class:`TraceFormat` that
+says what was found, so a trace that cannot be understood is named as such once ("CPU operators
+not found: categories seen ...") instead of reading as empty.
+
+Example:
+    >>> from profcallbacks.report.read.decode import Event, Trace
+    >>> trace = Trace(traceEvents=[Event(ph="X", cat="Operator", name="ProfilerStep#3", ts=0, dur=9)])
+    >>> normalise(trace).generation, trace.traceEvents[0].cat
+    ('torch 1.8-1.13', 'user_annotation')
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from profcallbacks.core.trace_names import (
+    CPU_OP,
+    GPU_CATEGORIES,
+    HOST_CATEGORIES,
+    LIGHTNING_PREFIXES,
+    LOADER_PREFIXES,
+    OLD_CATEGORIES,
+    STEP_PREFIX,
+    USER_ANNOTATION,
+)
+from profcallbacks.report.read.decode import Trace
+
+
+@dataclass
+class TraceFormat:
+    """What :func:`normalise` saw in a trace.
+
+    Attributes:
+        generation: ``"torch 1.8-1.13"``, ``"torch 2.x"`` or ``"unknown"`` (no category of either).
+        categories: Events per category as the trace wrote them (complete events only).
+        cpu_ops: CPU operators found (after renaming).
+        steps: ``ProfilerStep#`` ranges found, in any host category.
+        loader_ranges: Data-loader ranges found, in any host category.
+        device_events: Kernels, memcpys and memsets.
+        ns_resolution: Timestamps carry fractions of a microsecond.
+        device: ``deviceProperties`` of the first GPU (``name``, ``computeMajor`` ...), or ``{}``.
+        framework: ``"lightning"`` when Lightning's own ranges are in the trace, else ``None``.
+    """
+
+    generation: str = "unknown"
+    categories: dict[str, int] = field(default_factory=dict)
+    cpu_ops: int = 0
+    steps: int = 0
+    loader_ranges: int = 0
+    device_events: int = 0
+    ns_resolution: bool = False
+    device: dict[str, Any] = field(default_factory=dict)
+    framework: str | None = None
+
+    def problem(self) -> str | None:
+        """One sentence naming what could not be understood, or ``None``."""
+        if self.cpu_ops or not self.categories:
+            return None
+        seen = ", ".join(f"{c} ({n})" for c, n in sorted(self.categories.items(),
+                                                          key=lambda kv: -kv[1])[:8])
+        return (f"CPU operators not found: categories seen {seen}; expected cpu_op (torch 2.x) "
+                "or Operator (torch 1.8-1.13)")
+
+    def public(self) -> dict[str, Any]:
+        """The JSON-friendly form written into the report (``trace_format``)."""
+        return {"generation": self.generation, "cpu_ops": self.cpu_ops, "steps": self.steps,
+                "loader_ranges": self.loader_ranges, "device_events": self.device_events,
+                "ns_resolution": self.ns_resolution,
+                "device": self.device.get("name") if self.device else None}
+
+
+def normalise(trace: Trace) -> TraceFormat:
+    """Rewrites ``trace``'s categories into the torch 2.x vocabulary, in place (idempotent).
+
+    Returns:
+        What was found (see :class:`TraceFormat`).
+    """
+    seen: Counter[str] = Counter()
+    old = modern = cpu_ops = steps = loaders = device = 0
+    fractional = False
+    framework: str | None = None
+    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
+    for event in events:
+        try:
+            cat = event.cat
+            if event.ph != "X" or type(cat) is not str:
+                continue
+        except AttributeError:  # not an object: the readers count it as malformed
+            continue
+        seen[cat] += 1
+        renamed = OLD_CATEGORIES.get(cat)
+        if renamed is not None:
+            old += 1
+            event.cat = cat = renamed
+        elif cat in HOST_CATEGORIES or cat in GPU_CATEGORIES:
+            modern += 1
+        if cat in GPU_CATEGORIES:
+            device += 1
+            continue
+        if cat not in HOST_CATEGORIES:
+            continue
+        name = event.name
+        if type(name) is not str:
+            continue
+        if name.startswith(LIGHTNING_PREFIXES):
+            framework = "lightning"
+        if name.startswith(STEP_PREFIX):
+            steps += 1
+            event.cat = USER_ANNOTATION
+        elif name.startswith(LOADER_PREFIXES):
+            loaders += 1
+            event.cat = CPU_OP
+        elif cat == CPU_OP:
+            cpu_ops += 1
+            if not fractional and type(event.ts) is float and event.ts % 1:
+                fractional = True
+    generation = "torch 1.8-1.13" if old > modern else "torch 2.x" if modern else "unknown"
+    return TraceFormat(generation=generation, categories=dict(seen), cpu_ops=cpu_ops, steps=steps,
+                       loader_ranges=loaders, device_events=device, ns_resolution=fractional,
+                       device=_device(trace), framework=framework)
+
+
+def _device(trace: Trace) -> dict[str, Any]:
+    props = getattr(trace, "deviceProperties", None)
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        return props[0]
+    return {}

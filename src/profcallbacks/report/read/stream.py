@@ -1,0 +1,169 @@
+"""Reads a large trace in pieces: never the whole file in memory, only the events the report uses.
+
+A trace of several GB once gunzipped would need that much for its bytes alone, and as much again
+for its events. Here the file is gunzipped 4 MiB at a time, cut between two events of its
+``traceEvents`` array (``}``, ``,`` and ``{`` with only blanks between; a cut that falls inside
+an event is refused by the decoder and an earlier one is taken), and each piece is decoded into
+the report's slim records. Only complete events (``"ph": "X"``) are kept, Python-frame events
+(``with_stack``) in a compact table until the end, when those around a runtime call (the only
+ones the report reads besides step, loader, optimizer and collective markers) become records
+(``frames.py``), and names are interned, so memory grows with the events the report reads, at
+about ``BYTES_PER_EVENT``, never with the file. A trace with more than ``max_events`` of those is
+beyond what the report reads: it says so and by how much, instead of running out of memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.core.trace_names import (
+    MARKED_PREFIXES,
+    PYTHON_FUNCTION,
+    RUNTIME_CATEGORIES,
+    normal_category,
+)
+from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
+from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
+from profcallbacks.report.read.frames import FrameTable
+
+MAX_STREAM_EVENTS = 10_000_000
+"""Most events the report keeps from one trace (about 4 GB of memory)."""
+BYTES_PER_EVENT = 400
+"""Memory one kept event takes, about (its record, two floats; names are shared)."""
+MAX_STREAM_BYTES = 64 << 30
+"""Most bytes read from one trace once gunzipped (64 GiB); a gzip bomb stops here."""
+_CHUNK = 2 << 20
+"""Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
+before those the report does not read are let go."""
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_HEAD_LIMIT = 64 << 20
+_TAIL_TRIES = 64
+
+
+class _Kept:
+    """The events kept so far, and how many the cap let go."""
+
+    def __init__(self, path: Path, max_events: int) -> None:
+        self.path, self.max_events = path, max_events
+        self.events: list[Any] = []
+        self.dropped = 0
+        self.frames = FrameTable()
+
+    def add(self, batch: list[Any]) -> None:
+        intern = sys.intern
+        events = self.events
+        for event in batch:
+            if isinstance(event, Event):
+                if event.ph != "X":
+                    continue
+                name = event.name
+                if type(name) is str:
+                    if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
+                        self.frames.add(event)
+                        continue
+                    event.name = intern(name)
+                    if normal_category(event.cat) in RUNTIME_CATEGORIES:
+                        self.frames.call(event)
+                cat = event.cat
+                if type(cat) is str:
+                    event.cat = intern(cat)
+                args = event.args
+                if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
+                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()  # keep
+                    # the whole piece alive: copied, the piece is freed
+            events.append(event)
+        if len(events) > self.max_events:
+            raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
+                            f"events it would keep (~{self.max_events * BYTES_PER_EVENT >> 30} GiB "
+                            "of memory); open it in Perfetto's trace processor, or capture fewer "
+                            "steps (ByteBudget(capture_bytes=...))")
+
+
+def stream_trace(path: Path, *, max_events: int | None = None,
+                 max_bytes: int = MAX_STREAM_BYTES) -> Trace:
+    """The slim ``Trace`` of ``path`` (gzipped or not), read piece by piece.
+
+    Raises:
+        ReadError: Not a Chrome trace, truncated, or beyond ``max_events`` / ``max_bytes``.
+    """
+    import gzip
+    import zlib
+
+    fd, _ = open_regular(path)
+    kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
+    read = 0
+    try:
+        with open(fd, "rb") as raw:
+            stream: Any = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+            buf = bytearray()
+            match = None
+            while match is None:
+                chunk = stream.read(_CHUNK)
+                read += len(chunk)
+                if not chunk or len(buf) > _HEAD_LIMIT:
+                    raise ReadError(path, "not a Chrome trace (no traceEvents array)")
+                buf += chunk
+                match = _ARRAY_KEY.search(buf)
+            head = bytes(buf[:match.start()])
+            del buf[:match.end()]
+            _take_pieces(buf, kept)
+            while chunk := stream.read(_CHUNK):
+                read += len(chunk)
+                if read > max_bytes:
+                    raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
+                if stream is not raw and read > RATIO_FLOOR and read > raw.tell() * MAX_GZIP_RATIO:
+                    raise ReadError(path, f"more than {MAX_GZIP_RATIO}x its size on disk once "
+                                          "gunzipped (a gzip bomb?); not read")
+                buf += chunk
+                _take_pieces(buf, kept)
+            blocks = _finish(buf, head, kept, path)
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        raise ReadError(path, "truncated or corrupt gzip file (was the job killed while writing "
+                              "it?)") from None
+    except OSError as exc:
+        raise ReadError(path, exc.strerror or str(exc)) from None
+    return Trace(traceEvents=kept.events, profcallbacks=blocks.get("profcallbacks"),
+                 distributedInfo=blocks.get("distributedInfo"),
+                 deviceProperties=blocks.get("deviceProperties"))
+
+
+def _take_pieces(buf: bytearray, kept: _Kept) -> None:
+    """Decode the complete events at the start of ``buf`` and remove them from it."""
+    window = max(0, len(buf) - (1 << 20))
+    cuts = [m for m in _BOUNDARY.finditer(buf, window)]
+    for cut in reversed(cuts[-8:]):  # the last boundary, unless it falls inside an event
+        batch = decode_events(bytes(buf[:cut.start() + 1]))
+        if batch is not None:
+            kept.add(batch)
+            del buf[:cut.end() - 1]  # the next event's "{" stays
+            return
+
+
+def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, Any]:
+    """Decode the last events and the blocks after the array; returns the top-level blocks."""
+    end = len(buf)
+    for _ in range(_TAIL_TRIES):
+        end = buf.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        tail = bytes(buf[end + 1:])
+        try:
+            blocks = json.loads(head + b'"traceEvents":[]' + tail)
+        except ValueError:
+            continue
+        body = bytes(buf[:end]).strip()
+        batch = decode_events(body) if body else []
+        if batch is not None and isinstance(blocks, dict):
+            kept.add(batch)
+            kept.events += kept.frames.around_calls()
+            return blocks
+    raise ReadError(path, "not a complete Chrome trace (its traceEvents array never ends; "
+                          "truncated?)")
+
+
+__all__ = ["MISSING", "stream_trace"]

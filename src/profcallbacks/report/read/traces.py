@@ -1,0 +1,246 @@
+"""One pass over a Chrome trace: its captured steps, their breakdown, and operator self times.
+
+Definitions (all durations in milliseconds, per ``ProfilerStep#N`` range):
+
+- ``data_wait_ms``: time covered by dataloader ``__next__`` events inside the step;
+- ``compute_ms``: time covered by outermost CPU operators (on any thread of the process), data
+  wait excluded: the host was running framework work;
+- ``other_ms``: the rest of the step: Python between operators, logging, waiting on locks;
+- ``compiled_ms``: time covered by torch.compile's regions (``Torch-Compiled Region``,
+  ``CompiledFunction``/``CompiledFunctionBackward``, ``## Call CompiledFxGraph``, dynamo's cache
+  lookup), part of the above: how much of the step runs compiled code;
+- ``gpu_kernel_ms``: time covered by GPU kernels and memcpy/memset inside the step (``None``
+  for traces without device activity).
+
+An operator's self time is its duration minus that of the CPU operators nested directly in it
+on the same thread, as in ``torch.profiler``'s ``key_averages()``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.trace_names import CPU_OP, LOADER_PREFIXES, USER_ANNOTATION
+from profcallbacks.core.trace_names import GPU_CATEGORIES as GPU_CATS
+from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
+from profcallbacks.report.analyse.captures import analyse_events
+from profcallbacks.report.analyse.compile import COMPILED_PREFIXES
+from profcallbacks.report.analyse.expert import trace_expert
+from profcallbacks.report.model.intervals import covered, merge, subtract
+from profcallbacks.report.read.decode import MISSING, Args, Event, Trace
+from profcallbacks.report.read.files import ReadError
+from profcallbacks.report.read.files import as_int as _int
+from profcallbacks.report.read.generations import TraceFormat, normalise
+from profcallbacks.report.read.stream import stream_trace
+
+_WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
+_MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
+
+Interval = tuple[float, float]
+
+
+@dataclass
+class TraceSummary:
+    """What the report needs from one trace file (durations in ms)."""
+
+    path: Path
+    rank: int
+    world_size: int
+    worker: str
+    trigger: str | None
+    partial: bool
+    export_overlap: bool = False  # recorded while an earlier capture was still being exported
+    budget: dict[str, Any] | None = None  # what the capture byte budget predicted and trimmed
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    cpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, self, total]
+    gpu_ops: dict[str, list[float]] = field(default_factory=dict)  # name -> [calls, total]
+    bad_events: int = 0  # events skipped as malformed (not an object, ts/dur not numbers, ...)
+    bad_example: str = ""  # why the first of them was skipped
+    analysis: dict[str, Any] | None = None  # report/analyse/captures.py: GPU breakdown, host side, metrics
+    format: TraceFormat = field(default_factory=TraceFormat)  # report/read/generations.py
+
+
+def summarise_file(path: Path) -> TraceSummary:
+    """Reads and summarises one trace file.
+
+    Raises:
+        ReadError: The file cannot be read or is not a Chrome trace.
+    """
+    with gc_paused():
+        trace = stream_trace(path)
+        try:
+            summary = summarise(trace, path)
+        except (ReadError, MemoryError):
+            raise
+        except Exception as exc:  # a malformed trace is a named problem, never a crash
+            raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
+        try:
+            summary.analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
+        except Exception as exc:  # the verdict is lost, the rest of the file is still reported
+            summary.analysis = {"problems": [f"no GPU breakdown or verdict ({type(exc).__name__}: "
+                                             f"{exc})"]}
+        summary.analysis.update(trace_expert(trace.traceEvents, trace.deviceProperties))
+        del trace  # freed while the collector is paused: it has nothing to walk afterwards
+        return summary
+
+
+def summarise(trace: Trace, path: Path) -> TraceSummary:
+    """Summarises a decoded Chrome trace (see the module docstring for the definitions).
+
+    The trace is first rewritten into the torch 2.x vocabulary (report/read/generations.py), in place:
+    the analyses that read it afterwards see the same categories.
+    """
+    found = normalise(trace)
+    meta = _block(trace.profcallbacks)
+    dist = _block(trace.distributedInfo)
+    worker = path.name.split(".")[0]
+    match = _WORKER_RANK.match(worker)
+    rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
+    trigger = meta.get("trigger")
+    summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
+                           worker=worker, trigger=trigger if isinstance(trigger, str) else None,
+                           partial=bool(meta.get("partial")),
+                           export_overlap=meta.get("export_overlap") is True, format=found,
+                           budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
+                           else None)
+
+    threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    gpu: list[Interval] = []
+    compiled: list[Interval] = []
+    step_events: list[tuple[float, float, str, bool]] = []
+    gpu_ops = summary.gpu_ops
+    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
+    for event in events:
+        try:
+            if event.ph != "X":
+                continue
+            cat = event.cat
+            if cat != CPU_OP and cat not in GPU_CATS and cat != USER_ANNOTATION:
+                continue
+            ts, dur, name = event.ts, event.dur, event.name
+            if ts is MISSING:
+                raise KeyError("ts")
+            ts, dur = float(ts), 0.0 if dur is MISSING else float(dur)
+            if not (-_MAX_US < ts < _MAX_US and 0.0 <= dur < _MAX_US):  # NaN fails too
+                raise ValueError(f"ts={event.ts!r}, dur={event.dur!r} out of range")
+        except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
+            if not summary.bad_events:
+                summary.bad_example = (f"{type(exc).__name__}: {str(exc)[:80]}"
+                                       if isinstance(event, Event) else
+                                       f"{str(event)[:40]!r} is not a JSON object")
+            summary.bad_events += 1
+            continue
+        if type(name) is not str:
+            name = "" if name is MISSING else str(name)
+        if cat == CPU_OP:
+            pid, tid = event.pid, event.tid
+            key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
+            item = (ts, dur, name)
+            if name.startswith(COMPILED_PREFIXES):
+                compiled.append((ts, ts + dur))
+            if key in threads:
+                threads[key].append(item)
+            else:
+                threads[key] = [item]
+        elif cat in GPU_CATS:
+            gpu.append((ts, ts + dur))
+            row = gpu_ops.get(name)
+            if row is None:
+                gpu_ops[name] = [1, dur]
+            else:
+                row[0] += 1
+                row[1] += dur
+        elif name.startswith(_STEP_PREFIX):
+            args = event.args
+            ours = isinstance(args, Args) and bool(args.profcallbacks)
+            step_events.append((ts, dur, name, ours))
+        elif name.startswith(COMPILED_PREFIXES):
+            compiled.append((ts, ts + dur))
+
+    compute, data = _self_times(threads, summary.cpu_ops)
+    data_merged = merge(data)
+    compute_merged = subtract(merge(compute), data_merged)
+    gpu_merged = merge(gpu) if gpu else None
+    compiled_merged = merge(compiled) if compiled else None
+    if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
+        step_events = [e for e in step_events if e[3]]
+    for ts, dur, name, _ in sorted(step_events):
+        end = ts + dur
+        data_us = covered(data_merged, ts, end)
+        compute_us = covered(compute_merged, ts, end)
+        summary.steps.append({
+            "step": _step_number(name),
+            "step_ms": dur / 1e3,
+            "data_wait_ms": data_us / 1e3,
+            "compute_ms": compute_us / 1e3,
+            "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
+            "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
+            "compiled_ms": (0.0 if compiled_merged is None
+                            else covered(compiled_merged, ts, end) / 1e3),
+        })
+    for row in summary.cpu_ops.values():
+        row[1] /= 1e3
+        row[2] /= 1e3
+    for row in gpu_ops.values():
+        row[1] /= 1e3
+    return summary
+
+
+def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
+                ops: dict[str, list[float]]) -> tuple[list[Interval], list[Interval]]:
+    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals."""
+    compute: list[Interval] = []
+    data: list[Interval] = []
+    for events in threads.values():
+        events.sort(key=lambda e: (e[0], -e[1]))
+        stack: list[tuple[float, int]] = []  # (end, index) of open ancestors
+        child = [0.0] * len(events)
+        for i, (ts, dur, name) in enumerate(events):
+            end = ts + dur
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if stack:
+                child[stack[-1][1]] += dur
+            elif name.startswith(LOADER_PREFIXES):
+                data.append((ts, end))
+            else:
+                compute.append((ts, end))
+            stack.append((end, i))
+        for i, (_, dur, name) in enumerate(events):
+            row = ops.get(name)
+            if row is None:
+                ops[name] = [1, dur - child[i], dur]
+            else:
+                row[0] += 1
+                row[1] += dur - child[i]
+                row[2] += dur
+    return compute, data
+
+
+def _block(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _step_number(name: str) -> int:
+    digits = name[len(_STEP_PREFIX):]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:  # e.g. 10**400
+        return -1
+    return int(digits)
+
+
+def _key(value: Any) -> Any:
+    """A pid or tid usable as a dict key (a list or object from a hostile trace is not)."""
+    if value is MISSING:  # as for null
+        value = None
+    return value if isinstance(value, (int, str)) else str(value)
+
+
+def _disk_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the reader names the error

@@ -1,0 +1,1 @@
+"""The render stage: the report as text, HTML and plots."""

@@ -54,7 +54,8 @@ def test_losses_append_is_named_as_the_line_that_keeps_the_memory(tmp_path):
     logits, kept_losses = by_line[location("keep-out", here)], by_line[location("keep-loss", here)]
     assert logits["allocated_at"] == location("make-out", here)
     assert logits["count"] == 3 and logits["bytes"] == 3 * 64 * 16 * 4
-    assert logits["held_by"] == "all_logits (a list in test_losses_append_is_named_as_the_line_that_keeps_the_memory())"
+    test = "test_losses_append_is_named_as_the_line_that_keeps_the_memory"
+    assert logits["held_by"] == f"all_logits (a list in {test}())"
     assert kept_losses["allocated_at"] == location("make-loss", here)
     assert kept_losses["count"] == 3 and kept_losses["bytes"] == 3 * 4
     assert kept_losses["autograd_graph"] is True and logits["autograd_graph"] is True

@@ -29,7 +29,13 @@ from profcallbacks.core.trace_names import (
 )
 from profcallbacks.report.model.flops import COUNTED
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
+from profcallbacks.report.read.files import (
+    MAX_GZIP_RATIO,
+    RATIO_FLOOR,
+    ReadError,
+    gzip_problem,
+    open_regular,
+)
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
@@ -59,6 +65,7 @@ class _Kept:
         self.events: list[Any] = []
         self.dropped = 0
         self.frames = FrameTable()
+        self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
     def add(self, batch: list[Any]) -> None:
         intern = sys.intern
@@ -127,6 +134,7 @@ def stream_trace(path: Path, *, max_events: int | None = None,
                 match = _ARRAY_KEY.search(buf)
             head = bytes(buf[:match.start()])
             del buf[:match.end()]
+            kept.offset = match.end()
             _take_pieces(buf, kept)
             while chunk := stream.read(_CHUNK):
                 read += len(chunk)
@@ -137,13 +145,8 @@ def stream_trace(path: Path, *, max_events: int | None = None,
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)
-    except EOFError:
-        raise ReadError(path, "truncated gzip file (it ends before its compressed stream does; "
-                              "was the job killed while writing it?)") from None
-    except gzip.BadGzipFile:
-        raise ReadError(path, "not a gzip file, although its name ends in .gz") from None
-    except zlib.error as exc:
-        raise ReadError(path, f"corrupt gzip data ({exc})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ReadError(path, gzip_problem(exc)) from None
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     return Trace(traceEvents=kept.events, profcallbacks=blocks.get("profcallbacks"),
@@ -159,6 +162,7 @@ def _take_pieces(buf: bytearray, kept: _Kept) -> None:
         batch = decode_events(bytes(buf[:cut.start() + 1]))
         if batch is not None:
             kept.add(batch)
+            kept.offset += cut.end() - 1
             del buf[:cut.end() - 1]  # the next event's "{" stays
             return
 
@@ -166,6 +170,7 @@ def _take_pieces(buf: bytearray, kept: _Kept) -> None:
 def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, Any]:
     """Decode the last events and the blocks after the array; returns the top-level blocks."""
     end = len(buf)
+    first: tuple[int, json.JSONDecodeError] | None = None  # the blocks after the last "]"
     for _ in range(_TAIL_TRIES):
         end = buf.rfind(b"]", 0, end)
         if end < 0:
@@ -173,6 +178,9 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
         tail = bytes(buf[end + 1:])
         try:
             blocks = json.loads(head + b'"traceEvents":[]' + tail)
+        except json.JSONDecodeError as exc:
+            first = first or (end, exc)
+            continue
         except ValueError:
             continue
         body = bytes(buf[:end]).strip()
@@ -181,8 +189,25 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
             kept.add(batch)
             kept.events += kept.frames.around_calls()
             return blocks
-    raise ReadError(path, "invalid JSON: not a complete Chrome trace (its traceEvents array "
-                          "never ends; truncated?)")
+    if first is not None and decode_events(bytes(buf[:first[0]]).strip() or b"0") is not None:
+        at = first[1].pos - len(head) - len(b'"traceEvents":[]')  # in what follows the array
+        if at >= 0:
+            return _invalid(path, kept.offset + first[0] + 1 + at, first[1].msg)
+    try:  # the array's unread part as JSON: where it stops being JSON, if it does
+        json.loads(b"[" + bytes(buf))
+    except json.JSONDecodeError as exc:
+        if exc.pos <= len(buf):
+            return _invalid(path, kept.offset + exc.pos - 1, exc.msg)
+        return _invalid(path, kept.offset + len(buf), "the file ends inside its traceEvents "
+                                                      "array (truncated?)")
+    except (ValueError, RecursionError):
+        pass
+    raise ReadError(path, "not a complete Chrome trace (its traceEvents array never ends; "
+                          "truncated?)")
+
+
+def _invalid(path: Path, at: int, why: str) -> Any:
+    raise ReadError(path, f"invalid JSON at byte {at}: {why}")
 
 
 __all__ = ["MISSING", "stream_trace"]

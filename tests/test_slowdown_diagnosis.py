@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from profcallbacks.report.capture_findings import capture_findings
 
 from helpers import capture_dirs, trace_files
 from profcallbacks import Schedule, StepProfiler
@@ -18,6 +17,7 @@ from profcallbacks.core.ranks import RankInfo
 from profcallbacks.core.triggers import BASELINE, SLOWDOWN
 from profcallbacks.findings import SLOWDOWN_DIAGNOSIS
 from profcallbacks.report.build import build_report, locate_run
+from profcallbacks.report.capture_findings import capture_findings
 from profcallbacks.report.compare import ALL_OPERATORS, compare_reports
 
 WINDOWS = Schedule(skip_first=2, wait=3, warmup=1, active=3, repeat=2)  # steps 6-8 and 13-15

@@ -55,7 +55,7 @@ class ProfilerConfig:
             when no capture was taken yet, so a later slowdown capture gets a
             ``slowdown_diagnosis`` against it. Counts towards ``max_captures``.
         budget: Bytes a capture and the log directory may take on disk, and the merged trace
-            of all ranks (``None``: no bound, no merge). See docs/traces.md.
+            of all ranks (``None``: no bound, no merge). See docs/get-started/trace-budgets.md.
         tracker_captures: Log each capture's trace files to the experiment trackers in use (a
             W&B ``profile`` artifact, an MLflow artifact folder): those of HF's ``report_to``,
             Lightning's ``WandbLogger``/``MLFlowLogger`` and a plain loop's ``WandbSink``/

@@ -15,6 +15,7 @@ beyond what the report reads: it says so and by how much, instead of running out
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -22,10 +23,11 @@ from typing import Any
 
 from profcallbacks.core.trace_names import (
     MARKED_PREFIXES,
+    OLD_CATEGORIES,
     PYTHON_FUNCTION,
     RUNTIME_CATEGORIES,
-    normal_category,
 )
+from profcallbacks.report.model.flops import COUNTED
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
 from profcallbacks.report.read.files import (
     MAX_GZIP_RATIO,
@@ -45,6 +47,10 @@ MAX_STREAM_BYTES = 64 << 30
 _CHUNK = 2 << 20
 """Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
 before those the report does not read are let go."""
+_RUNTIME_ANY_GENERATION = RUNTIME_CATEGORIES | {c for c, new in OLD_CATEGORIES.items()
+                                                if new in RUNTIME_CATEGORIES}
+_COUNTED = frozenset(COUNTED)
+_NO_SHAPES: Any = _RAW(b"null") if _RAW is not None else None
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEAD_LIMIT = 64 << 20
@@ -73,16 +79,18 @@ class _Kept:
                     if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
                         self.frames.add(event)
                         continue
-                    event.name = intern(name)
-                    if normal_category(event.cat) in RUNTIME_CATEGORIES:
+                    event.name = name = intern(name)
+                    if event.cat in _RUNTIME_ANY_GENERATION:
                         self.frames.call(event)
                 cat = event.cat
                 if type(cat) is str:
                     event.cat = intern(cat)
                 args = event.args
                 if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
-                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()  # keep
-                    # the whole piece alive: copied, the piece is freed
+                    if name in _COUNTED:  # keep the whole piece alive: copied, the piece is freed
+                        args.dims, args.concrete = args.dims.copy(), args.concrete.copy()
+                    else:  # shapes are read only to count an operator's FLOPs
+                        args.dims = args.concrete = _NO_SHAPES
             events.append(event)
         if len(events) > self.max_events:
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
@@ -101,20 +109,25 @@ def stream_trace(path: Path, *, max_events: int | None = None,
     import gzip
     import zlib
 
-    fd, _ = open_regular(path)
+    fd, size = open_regular(path)
+    gz = path.suffix == ".gz"
+    if size == 0:
+        os.close(fd)
+        raise ReadError(path, "empty file")
+    if gz:  # a gzip bomb stops here, as in read_bytes
+        max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
     kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
     read = 0
     try:
         with open(fd, "rb") as raw:
-            stream: Any = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+            stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
             buf = bytearray()
             match = None
             while match is None:
                 chunk = stream.read(_CHUNK)
                 read += len(chunk)
-                if not chunk and not read:
-                    raise ReadError(path, "empty file" + (" (after gunzip)" if stream is not raw
-                                                          else ""))
+                if not chunk and not buf.strip():
+                    raise ReadError(path, "empty file" + (" (after gunzip)" if gz else ""))
                 if not chunk or len(buf) > _HEAD_LIMIT:
                     raise ReadError(path, "not a Chrome trace (no traceEvents array)")
                 buf += chunk
@@ -126,10 +139,9 @@ def stream_trace(path: Path, *, max_events: int | None = None,
             while chunk := stream.read(_CHUNK):
                 read += len(chunk)
                 if read > max_bytes:
-                    raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
-                if stream is not raw and read > RATIO_FLOOR and read > raw.tell() * MAX_GZIP_RATIO:
-                    raise ReadError(path, f"more than {MAX_GZIP_RATIO}x its size on disk once "
-                                          "gunzipped (a gzip bomb?); not read")
+                    raise ReadError(path, f"more than {max_bytes >> 20} MiB" + (
+                        f" once gunzipped ({size} bytes on disk: a gzip bomb?)" if gz else "")
+                        + "; not read")
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)

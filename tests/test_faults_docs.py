@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "docs" / "explanation" / "faults.md", ROOT / "docs" / "faults.md"]
+PAGES = [ROOT / "docs" / "explanation" / "faults.md"]
 _TOKEN = re.compile(r"`([^`]+)`")
 
 

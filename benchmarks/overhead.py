@@ -2,6 +2,7 @@
 
 Run: python benchmarks/overhead.py [--front-end all|plain|lightning|hf] [--rounds 40 --steps 100]
      python benchmarks/overhead.py --front-end plain --compiled   (the model under torch.compile)
+     python benchmarks/overhead.py --step-ms 1,3,10 [--rounds 20]  (steps of 1-10 ms, all defaults)
 
 Python per-step costs measured in a tight loop read 5-10x lower than between real training work
 (the code and its data fall out of the CPU caches), so everything here is measured in situ:
@@ -24,6 +25,12 @@ lightning: one Trainer.fit; a switch callback (present in every block) puts Prof
            in Lightning's hook machinery), in or out of trainer.callbacks between blocks, or
            Lightning's SimpleProfiler in or out of trainer.profiler
 hf:        one Trainer.train; the same with the HF ProfilerCallback and an empty TrainerCallback
+--step-ms: plain loops whose steps take about each given time (an MLP of as many 256-wide layers),
+           blocks of about 0.5 s: bare | StepProfiler with every default detector on (memory
+           sampling, the compile listener installed, slowdown, stall; the sync audit's default
+           rounds done before the timed blocks) | the same with a 3-step sync audit round inside
+           each of its blocks, whose excess over the defaults is one round's cost (a run with the
+           default audit pays two rounds, once)
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from profcallbacks import StepProfiler  # noqa: E402
+from profcallbacks import StepProfiler, SyncAuditConfig  # noqa: E402
 
 CONTROL_TOLERANCE = 0.02
 
@@ -172,6 +179,95 @@ def plain(rounds: int, steps: int, compiled: bool = False) -> bool:
               f"profiled: {defaults.session.compile_s:.3f} s)")
     return plan.report("plain loop" + (" (torch.compile)" if compiled else ""),
                        (time.perf_counter() - start) / 500 * 1e3)
+
+
+def make_deep_step(layers: int) -> Callable[[], None]:
+    """A training step of ``layers`` 256-wide linear layers on a batch of 64 (one CPU thread)."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(256, 256), nn.ReLU()]
+    model = nn.Sequential(*blocks, nn.Linear(256, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(64, 256)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def step_of(target_ms: float) -> tuple[Callable[[], None], int]:
+    """A step taking about ``target_ms`` here, and its layer count (from a 4-layer probe)."""
+    probe = make_deep_step(4)
+    for _ in range(20):
+        probe()
+    start = time.perf_counter()
+    for _ in range(50):
+        probe()
+    per_layer_ms = (time.perf_counter() - start) / 50 * 1e3 / 4
+    layers = max(1, round(target_ms / per_layer_ms))
+    return make_deep_step(layers), layers
+
+
+def plain_range(rounds: int, targets: list[float]) -> bool:
+    """Steps of about each of ``targets`` ms with every default detector on (see the docstring)."""
+    import torch._dynamo  # noqa: F401  # what torch.compile imports: the compile listener installs
+
+    counted = []
+    for target_ms in targets:
+        step, layers = step_of(target_ms)
+        for _ in range(50):
+            step()
+        start = time.perf_counter()
+        for _ in range(20):
+            step()
+        step_ms = (time.perf_counter() - start) / 20 * 1e3
+        steps = max(20, round(500 / step_ms))  # blocks of about 0.5 s
+        warm = 110  # past the default audit rounds (steps 19-21 and 99-101)
+        plan = Rounds(["StepProfiler (all defaults)", "defaults + an audit round per block"],
+                      rounds, seed=int(target_ms * 1000))
+        audited = [warm + k * steps + steps // 2 for k in range(rounds)]  # mid-block rounds
+        with tempfile.TemporaryDirectory() as logdir:
+            defaults = StepProfiler(f"{logdir}/a", schedule=None, capture_on_slowdown=False)
+            audits = StepProfiler(f"{logdir}/b", schedule=None, capture_on_slowdown=False,
+                                  sync_audit=SyncAuditConfig(at_step=19, repeat_at=(99, *audited)))
+            with defaults, audits:
+                listening = [p.session._compile is not None for p in (defaults, audits)]
+                variants = {"bare": None, "bare (control)": None,
+                            "StepProfiler (all defaults)": defaults,
+                            "defaults + an audit round per block": audits}
+                for prof in (defaults, audits):
+                    for _ in range(warm):
+                        step()
+                        prof.step()
+                    prof.pause()
+                for index, name in enumerate(plan.order):
+                    timed = variants[name]
+                    begin = time.perf_counter()
+                    if timed is None:
+                        for _ in range(steps):
+                            step()
+                    else:
+                        timed.resume()
+                        for _ in range(steps):
+                            step()
+                            timed.step()
+                        timed.pause()
+                    plan.record(index, steps / (time.perf_counter() - begin))
+            audit_rounds = sum(1 for f in audits.findings if f.kind == "sync_audit"
+                               and f.details.get("ran"))
+            print(f"\n  ({layers} layers; compile listener installed: {all(listening)}; memory "
+                  f"sampling: {defaults.session.config.memory is not None}; audit rounds run in "
+                  f"the audited variant: {audit_rounds}; defaults' findings: "
+                  f"{sorted({f.kind for f in defaults.findings})})")
+            counted.append(plan.report(f"plain loop, ~{target_ms:g} ms steps, blocks of {steps}",
+                                       step_ms))
+    return all(counted)
 
 
 def _silence_compile_listener(prof: StepProfiler) -> None:
@@ -343,11 +439,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--compiled", action="store_true",
                         help="run the plain loop's model under torch.compile")
+    parser.add_argument("--step-ms", default=None,
+                        help="plain loops of steps of about these times, all defaults: 1,3,10")
     args = parser.parse_args()
     if args.compiled and args.front_end != "plain":
         parser.error("--compiled needs --front-end plain")
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
+    if args.step_ms is not None:
+        try:
+            targets = [float(t) for t in args.step_ms.split(",")]
+        except ValueError:
+            parser.error(f"--step-ms {args.step_ms!r}: expected times in ms, e.g. 1,3,10")
+        if not targets or min(targets) <= 0:
+            parser.error(f"--step-ms {args.step_ms!r}: times must be positive, e.g. 1,3,10")
+        counted = plain_range(args.rounds, targets)
+        print("\nall runs count" if counted else "\nsome runs do not count (noisy machine)")
+        return
     runs: dict[str, Callable[[int, int], bool]] = {
         "plain": lambda r, s: plain(r, s, args.compiled), "lightning": lightning, "hf": hf}
     chosen = list(runs) if args.front_end == "all" else [args.front_end]

@@ -10,14 +10,14 @@ import pytest
 import torch
 import torch._dynamo
 
+import helpers
 from compile_models import Printing, Shaped, def_line, line_of
 from front_ends import FRONT_ENDS
 from profcallbacks import StepProfiler
 from profcallbacks.findings import COMPILE_FALLBACK, GRAPH_BREAK, RECOMPILE, Finding
 from profcallbacks.layout import steps_file
 
-QUIET = dict(schedule=None, sync_audit=False, memory=None, stall=None, slowdown=None,
-             tensorboard_scalars=False, watch_capture_file=False, log_every_n_steps=1)
+QUIET = {**helpers.QUIET, "memory": None, "log_every_n_steps": 1}
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +74,7 @@ def test_new_lengths_recompile_then_fall_back_to_eager(tmp_path: Path) -> None:
     assert first.details["call_line"] == call_line()
     assert [f.details["recompiles"] for f in recompiles] == [1, 2]
     assert first.details["compile_s"] > 0
-    assert "step 3 recompiled forward() (tests/compile_models.py" in first.message
+    assert "step 3 recompiled Shaped.forward() (tests/compile_models.py" in first.message
     assert "because x.size(1) changed 4 -> 5" in first.message
 
     fallbacks = kinds(prof.findings, COMPILE_FALLBACK)
@@ -189,7 +189,7 @@ def test_a_slowdown_that_begins_with_a_recompile_names_it(tmp_path: Path) -> Non
     assert not any("torch.compile" in f.message for f in early)
     slow = [f for f in kinds(prof.findings, STEP_SLOWDOWN) if f.step >= 40]
     assert len(slow) == 1, [f.message for f in prof.findings]
-    assert "step 40 recompiled forward()" in slow[0].message
+    assert "step 40 recompiled Shaped.forward()" in slow[0].message
     assert "because x.size(1) changed 4 -> 64" in slow[0].message
     assert [e["step"] for e in slow[0].details["compile_events"]] == [40]
     compiling = [row for row in rows(tmp_path) if row.get("compile_ms")]
@@ -274,7 +274,7 @@ def test_evaluation_between_steps_recompiles_as_info_and_excludes_no_step(tmp_pa
     recompiles = kinds(prof.findings, RECOMPILE)
     assert recompiles and all(f.severity == "info" and f.details["between_steps"]
                               for f in recompiles), [f.message for f in prof.findings]
-    assert recompiles[0].message.startswith("between steps recompiled forward()")
+    assert recompiles[0].message.startswith("between steps recompiled Shaped.forward()")
     by_step = {row["first_step"]: row for row in rows(tmp_path)}
     assert [s for s, row in by_step.items() if row["steps_excluded"]] == [0]  # the first compile
     assert by_step[3].get("compile_ms", 0) > 0 and by_step[3]["steps_excluded"] == 0

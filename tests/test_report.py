@@ -55,7 +55,7 @@ def test_text_report_of_a_real_plain_loop(run: Path, capsys: pytest.CaptureFixtu
 
 
 def test_json_schema(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The documented schema (docs/report-schema.md): names, types and the values of a real run."""
+    """The documented schema (docs/reference/report-schema.md): names, types and the values of a real run."""
     report = report_json(capsys, run)
     assert report["schema_version"] == SCHEMA_VERSION == 3
     assert set(report) >= {"schema_version", "generator", "logdir", "world_size", "ranks", "steps",

@@ -135,6 +135,21 @@ def test_an_audit_given_up_says_why(tmp_path):
                               "(step 2 was to be audited); step 99 was not audited either.")
 
 
+def test_more_rounds_than_the_give_up_count_all_run(tmp_path):
+    """Only starts cut short by pauses count towards giving up, not the audited steps that ran
+    (five 3-step rounds were given up at their tenth step)."""
+    model = torch.nn.Linear(4, 1)
+    audit = SyncAuditConfig(at_step=5, repeat_at=(15, 25, 35, 45))
+    prof = StepProfiler(tmp_path, sync_audit=audit, **OPTIONS)
+    with prof:
+        for _ in range(50):
+            model(torch.randn(8, 4)).sum().backward()
+            prof.step()
+    statuses = [f for f in prof.findings if f.kind == SYNC_AUDIT]
+    assert [f.details["audited_steps"] for f in statuses] == [
+        [s, s + 1, s + 2] for s in (5, 15, 25, 35, 45)], [f.message for f in statuses]
+
+
 def test_legend_colours_are_distinct_per_kind(tmp_path):
     from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, SYNC_POINT
     from profcallbacks.report.render.html import render_html

@@ -214,7 +214,7 @@ def test_html_verdict_panel_comes_first(tmp_path):
     assert "comm overlap 11.8%" in html[panel:]
 
 
-def test_open_stall_episode_drawn_to_the_last_step():
+def test_open_stall_episode_band_over_its_steps_then_a_line_to_the_last_step():
     from profcallbacks.report.render.plot import step_time_svg
 
     def finding(kind, step, **details):
@@ -225,11 +225,17 @@ def test_open_stall_episode_drawn_to_the_last_step():
                  for s in (0, 10, 20, 30)]
     report = {"steps": {"intervals": intervals}, "breakdown": None, "captures": [],
               "findings": [finding("dataloader_stall", 22, first_step=1, last_step=22)]}
-    rect = re.search(r'class="finding-span"[^>]*x="([\d.]+)"[^>]*width="([\d.]+)"', step_time_svg(report))
+    svg = step_time_svg(report)
+    rect = re.search(r'class="finding-span"[^>]*x="([\d.]+)"[^>]*width="([\d.]+)"', svg)
     left, width = float(rect.group(1)), float(rect.group(2))
+    line = re.search(r'class="finding-open"[^>]*x1="([\d.]+)" x2="([\d.]+)"', svg)
+    assert float(line.group(1)) == pytest.approx(left + width)  # on from the band's end ...
+    assert float(line.group(2)) - left == pytest.approx(width * 39 / 22, rel=0.02)  # ... to 39
     report["findings"].append(finding("dataloader_stall_cleared", 30))
-    closed = re.search(r'class="finding-span"[^>]*width="([\d.]+)"', step_time_svg(report))
-    assert float(closed.group(1)) == pytest.approx(width * 22 / 39, rel=0.02)  # steps 1-22 of 1-39
+    closed = step_time_svg(report)
+    assert re.search(r'class="finding-span"[^>]*width="([\d.]+)"', closed).group(1) == \
+        rect.group(2)  # steps 1-22 either way
+    assert 'class="finding-open"' not in closed
     assert left > 0
 
 

@@ -134,17 +134,20 @@ def new_raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
     return private / RAW_FILE
 
 
-def remove_raw(raw: Path) -> None:
+def remove_raw(raw: Path) -> bool:
     """Remove a raw trace and its private directory with whatever else kineto left in it (its
-    ``trace.json.tmp`` when a save failed half-way), only what is ours; never raises."""
-    with contextlib.suppress(OSError):
-        remove_own_tree(raw.parent, inside=raw.parent.parent)
+    ``trace.json.tmp`` when a save failed half-way), only what is ours; never raises. False
+    when something of it stays (a read-only file system)."""
+    try:
+        return remove_own_tree(raw.parent, inside=raw.parent.parent) or _lstat(raw.parent) is None
+    except OSError:
+        return False
 
 
-def remove_raws(raw: Path, info: CaptureInfo) -> None:
-    """Remove the raw trace of ``info`` and those of its earlier pieces; never raises."""
-    for path in [*map(Path, info.pieces), raw]:
-        remove_raw(path)
+def remove_raws(raw: Path, info: CaptureInfo) -> list[Path]:
+    """Remove the raw trace of ``info`` and those of its earlier pieces; never raises. Returns
+    those that stay."""
+    return [path for path in [*map(Path, info.pieces), raw] if not remove_raw(path)]
 
 
 class CaptureWriter:
@@ -183,6 +186,8 @@ class CaptureWriter:
         self.findings: list[Finding] = []
         self.failures = 0
         self._after_publish = after_publish
+        self._left: list[Path] = []  # raw traces a failed write could not remove (read-only)
+        self._half: list[tuple[str, str]] = []  # (stage, file) a failed write left half written
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -205,8 +210,30 @@ class CaptureWriter:
                 time.sleep(0.2)
         for name in list(self._waiting):
             self._publish(name, force=True)
+        self._remove_left()
         with contextlib.suppress(OSError):  # only when empty: another rank may still stage
             self._staging.rmdir()
+
+    def _remove_left(self) -> None:
+        """Remove what failed writes left (the file system was read-only then and is no longer);
+        what still cannot go is named, and removed at the next start."""
+        self._left = [raw for raw in self._left if not remove_raw(raw)]
+        half = []
+        for stage, file in self._half:
+            try:
+                with _stage_dir(self._logdir, stage, create=False) as stage_fd:
+                    if not _unlinked(file, stage_fd):
+                        half.append((stage, file))
+                        continue
+                with contextlib.suppress(OSError):  # only when empty: another rank may stage
+                    os.rmdir(self._staging / stage)
+            except OSError:  # gone with its stage (published, or never made)
+                pass
+        self._half = half
+        if self._left or self._half:
+            log.warning("profcallbacks: %d unfinished trace file(s) stay in %s (the file system "
+                        "still refuses); the next run in this log directory removes them.",
+                        len(self._left) + len(self._half), self._staging)
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
         with _collector_paused():  # raw traces are read only as regular files of ours
@@ -221,6 +248,7 @@ class CaptureWriter:
         name = trace_file_name(info.rank.worker, info.first_step)
         with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
             writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
+            self._half.append((info.name, writing))  # until it is gone
             try:
                 with os.fdopen(create_exclusive(writing, dir_fd=stage_fd), "wb") as out, \
                         gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL) as f:
@@ -228,9 +256,9 @@ class CaptureWriter:
                 del encoded
                 os.replace(writing, name + _READY, src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(writing, dir_fd=stage_fd)
-        remove_raws(raw, info)  # only now: until here a killed writer leaves it to rescue
+                if _unlinked(writing, stage_fd):  # else read-only: removed at close
+                    self._half.remove((info.name, writing))
+        self._left += remove_raws(raw, info)  # only now: until here a killed writer rescues it
         self._written[info.name] = (name, info, found)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
@@ -292,7 +320,7 @@ class CaptureWriter:
                                  for found in written[2])
 
     def _discard(self, raw: Path, info: CaptureInfo) -> None:
-        remove_raws(raw, info)  # e.g. a read-only file system: what stays is reported at next start
+        self._left += remove_raws(raw, info)  # e.g. read-only: tried again at close
         self._waiting.discard(info.name)
 
 
@@ -514,6 +542,17 @@ def _stage_dir(logdir: Path, name: str, *, create: bool) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def _unlinked(name: str, dir_fd: int) -> bool:
+    """Remove ``name`` from the directory ``dir_fd``; False when it stays (read-only)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -7,6 +7,7 @@ dynamo's real messages without a compile.
 
 from __future__ import annotations
 
+import linecache
 import re
 from collections.abc import Callable
 from typing import NamedTuple
@@ -194,3 +195,30 @@ def call_site(stack: list[str] | None, is_user: Callable[[str], bool]) -> tuple[
         if is_user(file):
             return file, line
     return None
+
+
+def is_decorator(file: str | None, line: int | None) -> bool:
+    """The function defined at ``file:line`` (its first decorator's line, as code objects give
+    it) is a decorator's pass-through, made with ``@wraps(...)``/``@functools.wraps(...)``:
+    transformers' ``wrapper()``, ``wrapped_func()``."""
+    if not file or not line:
+        return False
+    return any(text.startswith("@") and "wraps(" in text for text in (
+        linecache.getline(file, n).strip() for n in (line, line - 1) if n > 0))
+
+
+def qualified_name(file: str | None, line: int | None, name: str) -> str:
+    """``Class.name`` when the ``def`` at ``file:line`` lies in a class body, else ``name``."""
+    if not file or not line:
+        return name
+    text = linecache.getline(file, line)
+    indent = len(text) - len(text.lstrip())
+    for number in range(line - 1, max(0, line - 3000), -1):
+        above = linecache.getline(file, number)
+        stripped = above.lstrip()
+        if not stripped or stripped.startswith(("#", "@", ")")):
+            continue
+        if len(above) - len(stripped) < indent:
+            match = re.match(r"class\s+(\w+)", stripped)
+            return f"{match[1]}.{name}" if match else name
+    return name

@@ -33,7 +33,9 @@ from profcallbacks.detect.compile_reasons import (
     first_reason,
     graph_break,
     guard_change,
+    is_decorator,
     limit_hit,
+    qualified_name,
     resumed_function,
 )
 from profcallbacks.detect.frames import CallerFrames
@@ -210,7 +212,8 @@ class CompileWatcher:
             if getattr(metric, "is_forward", None) is False:
                 key = str(getattr(metric, "compile_id", None))
                 backward[key] = backward.get(key, 0.0) + _seconds(metric)
-        found = [f for metric in metrics for f in self._from_metric(metric, backward)]
+        found = self._through_decorators(
+            [f for metric in metrics for f in self._from_metric(metric, backward)])
         limits, self._limits = self._limits, []
         found += [self._fallback(step, hit) for step, hit in limits]
         breaks, self._breaks = self._breaks, []
@@ -256,8 +259,9 @@ class CompileWatcher:
         seconds = _seconds(metric) + backward.get(str(getattr(metric, "compile_id", None)), 0.0)
         called = call_site(getattr(metric, "stack_trace", None), self._user_code)
         change = guard_change(reason)
-        label = f"{function}()" + (f" after its graph break at line {break_line}"
-                                   if break_line is not None else "")
+        decorator = not self._user_code(file or "") and is_decorator(file, line)
+        label = f"{qualified_name(file, line, function)}()" + (
+            f" after its graph break at line {break_line}" if break_line is not None else "")
         if self._frames is not None and self._frames.torch_code(file):  # a compiled DDP's wrapper
             label = f"the compiled module (torch's {function}())"
         where = f" at {called[0]}:{called[1]}" if called else ""
@@ -268,7 +272,7 @@ class CompileWatcher:
         event = {"kind": RECOMPILE, "step": step, "function": function, "compile_s": seconds,
                  "text": text}
         self._events.append(event)
-        details = {"function": function, "file": file, "line": line,
+        details = {"function": function, "file": file, "line": line, "decorator": decorator,
                    "call_file": called[0] if called else None,
                    "call_line": called[1] if called else None,
                    "guard": first_reason(reason), "recompiles": count,
@@ -282,6 +286,41 @@ class CompileWatcher:
                         rank=self.rank, severity="info" if between else "warning",
                         message=text + "; steps that compile are left out of the step statistics",
                         details=details)]
+
+    def _through_decorators(self, found: list[Finding]) -> list[Finding]:
+        """A library decorator's pass-through (transformers' ``wrapper()``) recompiled with the
+        function it wraps, at the same step, is named in that function's finding: the
+        recompile is the model's ``forward``'s, not the decorator's."""
+        kept: list[Finding] = []
+        folded: dict[int, list[Finding]] = {}
+        for finding in found:
+            target = None
+            if finding.kind == RECOMPILE and finding.details.get("decorator"):
+                target = next((f for f in found if f.kind == RECOMPILE and f.step == finding.step
+                               and not f.details.get("decorator")), None)
+            if target is None:
+                kept.append(finding)
+            else:
+                folded.setdefault(id(target), []).append(finding)
+        if not folded:
+            return found
+        dropped = {id(f) for group in folded.values() for f in group}
+        texts = {f.message.split("; steps that compile")[0] for f in found if id(f) in dropped}
+        self._events = [e for e in self._events if e.get("text") not in texts]
+        out = []
+        for finding in kept:
+            group = folded.get(id(finding))
+            if group:
+                through = [f"{f.details['function']}() ({_short(f.details['file'])}:"
+                           f"{f.details['line']})" for f in group]
+                extra = sum(f.details["compile_s"] for f in group)
+                details = {**finding.details, "through": through,
+                           "compile_s": round(finding.details["compile_s"] + extra, 4)}
+                finding = replace(finding, details=details, message=finding.message.replace(
+                    "; steps that compile", f"; with its decorators {', '.join(through)} "
+                    f"(+{extra:.1f} s); steps that compile", 1))
+            out.append(finding)
+        return out
 
     def _after_last(self) -> int:
         if self._last_step is not None:

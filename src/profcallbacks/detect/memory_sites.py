@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from profcallbacks.detect.frames import CallerFrames
+from profcallbacks.detect.memory_holders import holders
 from profcallbacks.options.sync_audit import LIBRARIES
 
 MAX_ALLOCATIONS = 200_000  # bounded memory: later allocations of a window are not followed
@@ -81,13 +82,26 @@ class MemorySiteSpy(TorchDispatchMode):
             self._allocations.append((weakref.ref(storage), storage.nbytes(), location))
 
     def alive_sites(self, most: int | None = None) -> list[dict[str, Any]]:
-        """``[{"location", "bytes", "count"}]`` of storages still alive, largest first."""
-        sites: dict[str, dict[str, Any]] = {}
-        for ref, nbytes, location in self._allocations:
-            if ref() is not None:
-                site = sites.setdefault(location, {"location": location, "bytes": 0, "count": 0})
-                site["bytes"] += nbytes
-                site["count"] += 1
+        """``[{"location", "allocated_at", "held_by", "autograd_graph", "bytes", "count"}]`` of
+        storages still alive, largest first: ``location`` is the line that holds them (a
+        container append or attribute store, :mod:`~profcallbacks.detect.memory_holders`) when
+        one is found, else where they were allocated; ``allocated_at`` where they were made."""
+        alive = [(storage, nbytes, location) for ref, nbytes, location in self._allocations
+                 if (storage := ref()) is not None]
+        try:
+            held = holders({storage.data_ptr() for storage, _, _ in alive}, self._frames)
+        except Exception:  # an odd object on the heap: the allocation lines still tell
+            held = {}
+        sites: dict[tuple[str, str], dict[str, Any]] = {}
+        for storage, nbytes, allocated in alive:
+            line, by, graph = held.get(storage.data_ptr(), (allocated, None, False))
+            site = sites.setdefault((line, allocated), {
+                "location": line, "allocated_at": allocated, "held_by": by,
+                "autograd_graph": False, "bytes": 0, "count": 0})
+            site["autograd_graph"] = site["autograd_graph"] or graph
+            site["bytes"] += nbytes
+            site["count"] += 1
+        del alive
         ranked = sorted(sites.values(), key=lambda s: (-s["bytes"], s["location"]))
         return ranked[:most] if most is not None else ranked
 
@@ -100,6 +114,21 @@ def _pointer(tensor: torch.Tensor) -> int:
 
 
 def describe_sites(sites: Sequence[dict[str, Any]], most: int = 3) -> str:
-    """``train.py:88 keeps 1.2 MB in 3 tensors; ...`` for a finding's message."""
-    return "; ".join(f"{s['location']} keeps {s['bytes'] / 2**20:,.1f} MB in {s['count']} "
-                     f"tensor{'s' if s['count'] != 1 else ''}" for s in sites[:most])
+    """``train.py:24 keeps 1.2 MB in 3 tensors (losses, a list in train(); allocated at
+    train.py:21); ...`` for a finding's message."""
+    return "; ".join(_describe(s) for s in sites[:most])
+
+
+def _describe(site: dict[str, Any]) -> str:
+    size = site["bytes"] / 2**20
+    text = (f"{site['location']} keeps {size:,.1f} MB" if size >= 0.05 else
+            f"{site['location']} keeps {site['bytes']:,} bytes") + (
+        f" in {site['count']} tensor{'s' if site['count'] != 1 else ''}")
+    clues = []
+    if site.get("held_by"):
+        clues.append(site["held_by"])
+    if site.get("allocated_at") and site["allocated_at"] != site["location"]:
+        clues.append(f"allocated at {site['allocated_at']}")
+    if site.get("autograd_graph"):
+        clues.append("with their autograd graphs, not counted: keep .detach() or .item()")
+    return text + (f" ({'; '.join(clues)})" if clues else "")

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from profcallbacks.detect.base import StepAuditor
-from profcallbacks.detect.sync_fixes import known_fix
+from profcallbacks.detect.sync_fixes import known_fix, op_fix
 from profcallbacks.detect.sync_spy import SyncSite, SyncSpy
 from profcallbacks.findings import SYNC_AUDIT, SYNC_POINT, Finding
 from profcallbacks.options.sync_audit import SyncAuditConfig
@@ -202,8 +202,11 @@ class SyncAuditor(StepAuditor):
                            f"{site.location}: {when} {cost}: {inside}.")
             else:
                 how = f" ({site.implicit}, called implicitly)" if site.implicit else ""
+                fix = op_fix(site.op)
+                details["fix"] = fix
                 message = (f"host-device sync point at {site.location}: {site.op}{how} {when} "
-                           f"{cost}; keep the value on the device, or read it every N steps.")
+                           f"{cost}; " + (f"{fix}." if fix else
+                                          "keep the value on the device, or read it every N steps."))
             if len(site.chain) > 1:
                 message = message[:-1] + f"; call chain: {' -> '.join(site.chain)}."
             found.append(Finding(SYNC_POINT, step, self.rank, "warning" if warn else "info",

@@ -19,9 +19,28 @@ KNOWN_FIXES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("lightning/pytorch/callbacks/progress", ("item",),
      "the progress bar reads self.log(..., prog_bar=True) values every step: log them with "
      "prog_bar=False"),
+    ("torch/nn/modules/transformer.py", ("causal_comparison",),
+     "nn.TransformerEncoder/TransformerDecoder called with a mask and is_causal=None compares the "
+     "mask with a causal one on the host at every forward: pass is_causal=True with a causal mask "
+     "(is_causal=False with any other)"),
     ("torch/nn/utils/clip_grad.py", ("error_if_nonfinite", "isnan", "isinf"),
      "clip_grad_norm_(..., error_if_nonfinite=True) checks the norm on the host: keep it False"),
 )
+
+
+OP_FIXES: dict[str, str] = {
+    "repeat_interleave": "pass output_size= (the result's length, when known) and nothing is read "
+                         "back",
+    "nonzero": "a mask kept on the device (torch.where(mask, x, 0)), or torch.nonzero_static",
+    "masked_select": "torch.where(mask, x, 0) keeps the shape and the device",
+    "boolean mask indexing": "torch.where(mask, x, 0) keeps the shape and the device",
+}
+"""What to do instead of a data-dependent op whose result's size is read back."""
+
+
+def op_fix(op: str) -> str | None:
+    """The fix for a sync op in the user's own code (``None``: keep the value on the device)."""
+    return next((OP_FIXES[o] for o in op.split(", ") if o in OP_FIXES), None)
 
 
 def known_fix(location: str) -> str | None:

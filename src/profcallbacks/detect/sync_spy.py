@@ -142,7 +142,7 @@ class SyncSpy(TorchDispatchMode):
         traced = derived is None or _derives(args, derived) or (
             bool(kwargs) and _derives(tuple(kwargs.values()), derived))
         op = self._sync_op(func, args, kwargs) if self._depth == 0 else None
-        if op is not None and not traced:
+        if op is not None and not traced and not self._on_behalf(sys._getframe(1)):
             self.skipped += 1  # a host-only tensor: it would not sync on an accelerator either
             op = None
         if op is None:
@@ -176,8 +176,32 @@ class SyncSpy(TorchDispatchMode):
             return tensor.device.type != "cpu"
         return tensor.requires_grad or tensor in self._derived
 
+    def _on_behalf(self, frame: FrameType | None) -> bool:
+        """CPU run: a library call made on the user's line (``self.encoder(src, mask=mask)``)
+        was handed a tensor derived from parameters or the batch, so its own values live on
+        the same device (a mask added to attention scores must): a sync inside it counts."""
+        entry = None
+        while frame is not None:
+            kind = self._frames.kind(frame.f_code.co_filename)
+            if kind is None:
+                break
+            if kind:
+                entry = frame  # the outermost library frame so far
+            frame = frame.f_back
+        if entry is None or frame is None or self._derived is None:
+            return False
+        code = entry.f_code
+        count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(
+            code.co_flags & 0x08)  # positional, keyword-only, *args, **kwargs
+        values = entry.f_locals
+        derived = self._derived
+        return any(t.requires_grad or t in derived
+                   for name in code.co_varnames[:count] for t in _tensors(values.get(name)))
+
     def _sync_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         op = _SCALAR.get(func) or _DATA_DEPENDENT.get(func)
+        if func is _aten.repeat_interleave.Tensor and kwargs.get("output_size") is not None:
+            return None  # its length is given: nothing is read back
         if op is None and func in _MASKED:
             indices = args[1] if len(args) > 1 else ()
             if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
@@ -321,7 +345,8 @@ def _implicit(op: str, frame: FrameType) -> str | None:
 def _scalar_op(frame: FrameType) -> str:
     """Name a ``_local_scalar_dense`` by what the calling line says: item(), float(), if ..."""
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    for needle, name in ((".item(", "item"), ("float(", "float(tensor)"), ("int(", "int(tensor)")):
+    for needle, name in ((".item(", "item"), ("float(", "float(tensor)"), ("int(", "int(tensor)"),
+                         ("bool(", "bool(tensor)")):
         if needle in line:
             return name
     return "bool(tensor)" if line.lstrip().startswith(

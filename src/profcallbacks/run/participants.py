@@ -209,6 +209,7 @@ class StepAudit(Participant):
             if cancel:
                 auditor.cancel()
                 return []
+            self._starts -= 1  # audited to its end: only starts cut short count to give up
             findings = list(auditor.end_step(step))  # blocks are one step long
             if auditor.next_step is None:
                 self.auditor = None

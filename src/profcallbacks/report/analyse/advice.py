@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from profcallbacks.core.trace_names import CUDA_RUNTIME, OLD_CATEGORIES
 from profcallbacks.findings import (
     COMPILE_FALLBACK,
     DATALOADER_STALL,
@@ -58,6 +59,8 @@ from profcallbacks.report.read.generations import LIGHTNING_PREFIXES, TraceForma
 
 DEVICES = ("cpu", "cuda", "rocm", "unknown")
 MAX_WORKERS = 8
+_RUNTIME_NAMES = (CUDA_RUNTIME, *(old for old, new in OLD_CATEGORIES.items() if new == CUDA_RUNTIME))
+"""The runtime calls' category in every trace generation: a GPU job's host side."""
 """More loader workers than this rarely help and each holds a copy of the dataset object."""
 
 
@@ -170,7 +173,7 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
     if device == "unknown" and loader.get("cuda") is False:
         device = "cpu"
     unrecorded = bool(formats) and device == "cpu" and any(
-        f.categories.get("cuda_runtime") or f.categories.get("Runtime") or f.device for f in formats)
+        any(f.categories.get(c) for c in _RUNTIME_NAMES) or f.device for f in formats)
     contended = any(f.get("kind") == SLOWDOWN_DIAGNOSIS and isinstance(f.get("details"), dict)
                     and isinstance(f["details"].get("growth"), dict)
                     and f["details"]["growth"].get("pattern") == "uniform" for f in findings)

@@ -16,14 +16,13 @@ arithmetic; the median start-to-start is milliseconds).
 
 from __future__ import annotations
 
+from profcallbacks.core.trace_names import COMPILED_PREFIXES
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis
 from profcallbacks.report.analyse.diagnoses.whatif import per_op_us
 
 MIN_OPS = 100
 TINY_US = 40.0
 DISPATCH_SHARE = 0.05
-_COMPILED = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
-             "TorchDynamo Cache Lookup")
 
 
 def dispatch_bound(cap: Capture) -> Diagnosis | None:
@@ -32,7 +31,7 @@ def dispatch_bound(cap: Capture) -> Diagnosis | None:
         return None
     top = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")
            and not any(p.startswith("aten::") for p in o.parents)]
-    if any(o.name.startswith(_COMPILED) or any(p.startswith(_COMPILED) for p in o.parents)
+    if any(o.name.startswith(COMPILED_PREFIXES) or any(p.startswith(COMPILED_PREFIXES) for p in o.parents)
            for o in cap.ops if cap.in_steps(o.ts)):
         return None
     per_step = len(top) / cap.n_steps

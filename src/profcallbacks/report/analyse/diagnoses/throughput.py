@@ -71,7 +71,7 @@ def compute_dtype(cap: Capture) -> str | None:
 
 
 def throughput(cap: Capture, peak_tflops: float | None = None) -> dict[str, Any]:
-    """``captures[].throughput`` of the report schema (see docs/report-schema.md)."""
+    """``captures[].throughput`` of the report schema (see docs/reference/report-schema.md)."""
     step_ms = cap.step_ms()
     steps_per_s = 1e3 / step_ms if step_ms > 0 and not cap.whole_span else None
     flops = sum(f for ts, f in cap.flops if cap.in_steps(ts)) / cap.n_steps if cap.flops else None

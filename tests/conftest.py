@@ -24,6 +24,7 @@ FAST_MODULES = {
     "test_stall_hold.py", "test_straggler.py", "test_sync_unit.py", "test_options.py",
     "test_schedule.py", "test_front_ends.py", "test_layout.py", "test_device_timing.py",
     "test_deprecations.py", "test_architecture_doc.py", "test_declared_ranges.py", "test_fast_lane.py",
+    "test_session_size.py",
     # the report and watch on stored traces and files
     "test_verdicts.py", "test_verdicts_hold.py", "test_diagnoses.py", "test_report_decode.py",
     "test_report_generations.py", "test_findings_track.py", "test_watch_hostile.py",

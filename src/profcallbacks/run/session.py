@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from operator import attrgetter, sub
@@ -29,13 +28,7 @@ from profcallbacks.detect.loaders import LoaderPasses, describe_loader
 from profcallbacks.findings import Finding, FindingHandler, log_finding
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
-from profcallbacks.run.blocks import (
-    BLOCK_STEPS,
-    NO_WAITS,
-    StepBuffer,
-    block_period_s,
-    next_block_len,
-)
+from profcallbacks.run.blocks import NO_WAITS, StepBuffer, block_period_s, next_block_len
 from profcallbacks.run.defaults import default_detectors, live_analysis, own_participants
 from profcallbacks.run.dispatch import Participants
 from profcallbacks.run.logdir import prepare_logdir
@@ -99,8 +92,6 @@ class ProfilingSession(StepBuffer):
         self._opened = False
         self._warned_closed = False
         self._loader_passes = LoaderPasses()
-        self._stepper: threading.Thread | None = None  # the thread that steps (its boundaries)
-        self._warned_threads = False
 
     @property
     def findings(self) -> list[Finding]:
@@ -332,28 +323,6 @@ class ProfilingSession(StepBuffer):
         self._paused = False
         self._end_block(now)
         self._begin_block(now, after_pause=False)
-
-    def _from_another_thread(self) -> bool:
-        """Whether this block boundary is reached on a thread other than the one stepping the
-        session (the first to reach one, while it lives): that thread's boundary work (the
-        profiler's windows, kineto's export) is left to it, so it never runs on two threads at
-        once. The block stays due; this step is not counted once the block buffer is full.
-        Warns once."""
-        current = threading.current_thread()
-        owner = self._stepper
-        if owner is None or owner is current or not owner.is_alive():
-            self._stepper = current
-            return False
-        if not self._warned_threads:
-            self._warned_threads = True
-            log.warning("profcallbacks: step() is called from thread %r while thread %r steps "
-                        "this profiler; its capture windows and summaries stay on %r (steps of "
-                        "other threads are counted between its steps). Call step() from one "
-                        "thread, the one that runs the optimizer step.", current.name,
-                        owner.name, owner.name)
-        if self._n >= BLOCK_STEPS:
-            self._n -= 1  # the buffer is full until the stepping thread comes back
-        return True
 
     def _end_block(self, now: float) -> None:
         """Hand the buffered steps to the summaries and the participants, in step order."""

@@ -1,30 +1,33 @@
-"""`profcallbacks report` on a large trace against HolisticTraceAnalysis loading the same file.
+"""`profcallbacks report --format json` against `json.load` of the same file and against HTA 0.5.0.
 
-Generates a synthetic capture (>= 100 MB of JSON before gzip) in the shape torch.profiler and
-profcallbacks write: ``ProfilerStep#N`` ranges, dataloader ``__next__`` events, nested ``cpu_op``
-events with recorded shapes on a main and an autograd thread, optimizer annotations, and (by
-default) CUDA runtime launches, GPU kernels and their flow events. Nothing is committed: the trace
-is written to a temporary directory and removed.
+Two traces, written uncompressed to a temporary directory (removed afterwards unless ``--keep``):
 
-Then, side by side in one process:
-- gunzip + parse with the standard library's ``json``, with ``orjson``, and with ``msgspec`` into
-  the report's slim records (report/read/decode.py);
-- ``profcallbacks report`` (read, summarise, render text and JSON) on the log directory, and again
-  without msgspec (``--no-msgspec``: the dict fallback) when asked;
-- ``hta.trace_analysis.TraceAnalysis(trace_dir=...)`` on the capture directory (load only).
+(a) a real-shaped GPU trace of at least ``--gpu-mb`` MB, made by repeating a real trace's events
+    (default: ``../shared/gpu-traces/v100_rank0_ns_resolution``, a V100 training job) with their
+    timestamps shifted past the previous copy and their ids (correlation, External id, flow ids,
+    Python ids) and step numbers shifted, so the copies never collide;
+(b) a synthetic trace of ``--cpu-events`` small CPU events (nested ``cpu_op`` events inside
+    ``ProfilerStep#N`` ranges, no ``args``).
 
-Run:  python benchmarks/report_speed.py [--mb 110] [--cpu-only] [--hta-python hta-venv/bin/python]
-Needs: HolisticTraceAnalysis in this environment or in the venv given by --hta-python (the HTA
-column is skipped, with a note, without it)
+Each measurement runs in a process of its own: its wall time (interpreter start and imports
+included, for all three) and its peak RSS (``wait4``'s ``ru_maxrss``) are printed, with the ratios
+the targets are stated in: the whole report no slower than ``json.load`` alone, at least 15x
+faster than HTA's load and temporal breakdown, peak RSS at most 1 GB.
+
+Run:  python benchmarks/report_speed.py [--gpu-mb 300] [--cpu-events 10000000]
+                                        [--hta-python /tmp/hta-venv/bin/python] [--only gpu|cpu]
+HTA pins its own pandas: install it in a venv of its own
+(``python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0``);
+without ``--hta-python`` the HTA column is left out.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import json
-import random
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,216 +36,156 @@ import time
 from pathlib import Path
 from typing import Any
 
-LAYERS = 12
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = next((p / "v100_rank0_ns_resolution.pt.trace.json.gz"
+               for p in (ROOT.parent / "shared" / "gpu-traces", ROOT.parent.parent / "shared" / "gpu-traces")
+               if p.is_dir()), None)
+ID_KEYS = ("correlation", "External id", "Python id", "Python parent id", "Ev Idx")
+ID_STRIDE = 1 << 32
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def _op(name: str, ts: float, dur: float, tid: int, ext: int, dims: list[Any]) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 4242, "tid": tid, "ts": round(ts, 3),
-            "dur": round(dur, 3), "args": {"External id": ext, "Sequence number": ext % 997,
-                                           "Fwd thread id": 0, "Record function id": 0,
-                                           "Concrete Inputs": ["", "", "", "1", "1"],
-                                           "Input type": ["float", "float", "float", "Scalar", "Scalar"],
-                                           "Input Strides": [[1], [1024, 1], [1, 1024], [], []],
-                                           "Input Dims": dims, "Ev Idx": ext}}
+def repeated_gpu_trace(source: Path, target: Path, min_bytes: float) -> tuple[int, int]:
+    """Writes ``source``'s events repeated (shifted) into ``target`` until it holds ``min_bytes``;
+    returns (bytes, events)."""
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    events = trace.pop("traceEvents")
+    times = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    shift = max(times) - min(times) + 1000.0
+    steps = max((int(m.group(1)) for e in events if (m := _STEP.match(str(e.get("name", ""))))),
+                default=0) - min((int(m.group(1)) for e in events
+                                  if (m := _STEP.match(str(e.get("name", ""))))), default=0) + 1
+    one = len(json.dumps(events, separators=(",", ":")))
+    copies = max(int(min_bytes / one) + 1, 1)
+    written = count = 0
+    with target.open("w") as out:
+        head = json.dumps(trace, separators=(",", ":"))[:-1]
+        out.write(head + ',"traceEvents":[')
+        for k in range(copies):
+            copy = [_shifted(e, k * shift, k * ID_STRIDE, k * steps) for e in events]
+            text = json.dumps(copy, separators=(",", ":"))[1:-1]
+            out.write(("," if k else "") + text)
+            written += len(text)
+            count += len(copy)
+        out.write("]}")
+    return target.stat().st_size, count
 
 
-class _Gen:
-    def __init__(self, gpu: bool) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.ext = 0
-        self.gpu = gpu
-        self.gpu_ts = 0.0
-        self.rng = random.Random(0)
-
-    def linear(self, ts: float, tid: int, name: str, dur: float) -> None:
-        """A linear layer: aten::linear > (aten::t > aten::transpose > aten::as_strided), aten::addmm."""
-        dims = [[1024], [64, 1024], [1024, 1024], [], []]
-        ev, e = self.events, self.ext
-        ev.append(_op(name, ts, dur, tid, e, dims))
-        ev.append(_op("aten::t", ts + 1, 4, tid, e + 1, dims[:1]))
-        ev.append(_op("aten::transpose", ts + 1.5, 3, tid, e + 2, dims[:1]))
-        ev.append(_op("aten::as_strided", ts + 2, 1.5, tid, e + 3, dims[:1]))
-        mm = "aten::addmm" if name == "aten::linear" else "aten::mm"
-        ev.append(_op(mm, ts + 6, dur - 8, tid, e + 4, dims))
-        if self.gpu:
-            corr = e + 4
-            launch = ts + 8
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242,
-                       "tid": tid, "ts": launch, "dur": 5.0,
-                       "args": {"External id": corr, "cbid": 211, "correlation": corr}})
-            self.gpu_ts = max(self.gpu_ts, launch + 10)
-            kdur = self.rng.uniform(20, 60)
-            kernel = "ampere_sgemm_128x64_tn" if mm == "aten::addmm" else "ampere_sgemm_64x64_nn"
-            ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7,
-                       "ts": round(self.gpu_ts, 3), "dur": round(kdur, 3),
-                       "args": {"External id": corr, "queued": 0, "device": 0, "context": 1,
-                                "stream": 7, "correlation": corr, "registers per thread": 128,
-                                "shared memory": 16384, "blocks per SM": 4.5, "warps per SM": 18.0,
-                                "grid": [8, 16, 1], "block": [256, 1, 1],
-                                "est. achieved occupancy %": 25}})
-            ev.append({"ph": "s", "id": corr, "pid": 4242, "tid": tid, "ts": launch,
-                       "cat": "ac2g", "name": "ac2g"})
-            ev.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": round(self.gpu_ts, 3),
-                       "cat": "ac2g", "name": "ac2g", "bp": "e"})
-            self.gpu_ts += kdur + 2
-        self.ext += 5
-
-    def step(self, n: int, ts: float) -> float:
-        ev = self.events
-        start = ts
-        ev.append({"ph": "X", "cat": "cpu_op", "pid": 4242, "tid": 4242, "ts": ts, "dur": 800.0,
-                   "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-                   "args": {"External id": self.ext, "Record function id": 0, "Ev Idx": self.ext}})
-        self.ext += 1
-        ts += 820
-        for block in range(40):  # forward: 40 blocks of LAYERS linears
-            for _layer in range(LAYERS):
-                self.linear(ts, 4242, "aten::linear", 30.0)
-                ts += 32
-            ev.append(_op("aten::relu", ts, 6, 4242, self.ext, [[64, 1024]]))
-            self.ext += 1
-            ts += 8 + block % 3
-        bwd = ts
-        for _ in range(40 * LAYERS):  # backward on the autograd thread
-            ev.append(_op("autograd::engine::evaluate_function: AddmmBackward0", bwd, 40, 4343,
-                          self.ext, []))
-            self.ext += 1
-            self.linear(bwd + 2, 4343, "AddmmBackward0", 36.0)
-            bwd += 42
-        ts = bwd + 10
-        ev.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step",
-                   "pid": 4242, "tid": 4242, "ts": ts, "dur": 400.0,
-                   "args": {"External id": self.ext, "Record function id": 0, "Ev Idx": self.ext}})
-        self.ext += 1
-        for i in range(100):
-            ev.append(_op("aten::_foreach_add_", ts + 2 + i * 3.9, 3.5, 4242, self.ext, [[1024]]))
-            self.ext += 1
-        ts += 420
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 4242,
-                   "tid": 4242, "ts": start - 5, "dur": ts - start + 10, "args": {"profcallbacks": True}})
-        return ts + 20
+def _shifted(event: Any, dt: float, did: int, dstep: int) -> Any:
+    if not isinstance(event, dict) or not (dt or did):
+        return event
+    event = dict(event)
+    if isinstance(event.get("ts"), (int, float)):
+        event["ts"] = event["ts"] + dt
+    if isinstance(event.get("id"), int):
+        event["id"] += did
+    args = event.get("args")
+    if isinstance(args, dict):
+        event["args"] = args = dict(args)
+        for key in ID_KEYS:
+            if isinstance(args.get(key), int) and args[key] >= 0:
+                args[key] += did
+    match = _STEP.match(str(event.get("name", "")))
+    if match:
+        event["name"] = f"ProfilerStep#{int(match.group(1)) + dstep}"
+    return event
 
 
-def make_log_dir(root: Path, target_mb: float, gpu: bool) -> tuple[Path, int, int]:
-    """Writes ``root/step000100-schedule/rank0_bench.100.pt.trace.json.gz``; returns its path,
-    uncompressed size and event count."""
-    gen = _Gen(gpu)
-    meta = [{"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "args": {"name": "python"}},
-            {"ph": "M", "name": "thread_name", "pid": 4242, "tid": 4242, "args": {"name": "main"}}]
-    gen.events.extend(meta)
-    ts, step = 1_000_000.0, 100
-    ts = gen.step(step, ts)  # one step first, to size the rest
-    step_bytes = len(json.dumps(gen.events[len(meta):], separators=(",", ":")))
-    steps = max(int(target_mb * 1e6 / step_bytes) + 1, 1)
-    for n in range(step + 1, step + steps):
-        ts = gen.step(n, ts)
-    trace = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}] if gpu else [],
-             "record_shapes": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": 1_700_000_000_000_000_000,
-             "traceEvents": gen.events,
-             "distributedInfo": {"backend": "nccl" if gpu else "gloo", "rank": 0, "world_size": 1},
-             "profcallbacks": {"capture": "step000100-schedule", "trigger": "schedule",
-                               "first_step": step, "steps": list(range(step, step + steps)),
-                               "partial": False, "rank": 0, "local_rank": 0, "world_size": 1,
-                               "host": "bench"}}
-    data = json.dumps(trace, separators=(",", ":")).encode()
-    capture = root / "step000100-schedule"
-    capture.mkdir(parents=True)
-    path = capture / f"rank0_bench.{step}.pt.trace.json.gz"
-    path.write_bytes(gzip.compress(data, compresslevel=1))
-    return path, len(data), len(gen.events)
+def cpu_trace(target: Path, events: int) -> tuple[int, int]:
+    """Writes ``events`` small CPU events: per step of 10,000, one ``ProfilerStep#N`` range and
+    operators two deep (``aten::linear`` > ``aten::addmm``). Returns (bytes, events)."""
+    per_step = 10_000
+    with target.open("w") as out:
+        out.write('{"schemaVersion":1,"deviceProperties":[],'
+                  '"distributedInfo":{"backend":"gloo","rank":0,"world_size":1},"traceEvents":[')
+        ts, written, first = 1_000_000.0, 0, True
+        names = ("aten::linear", "aten::addmm", "aten::relu", "aten::add_")
+        while written < events:
+            n = min(per_step, events - written)
+            parts = [f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{written // per_step}",'
+                     f'"pid":1,"tid":1,"ts":{ts:.3f},"dur":{n * 2.0 + 2:.3f}}}']
+            t = ts + 1
+            for i in range(n - 1):
+                dur = 3.0 if i % 2 == 0 else 1.0
+                start = t if i % 2 == 0 else t + 0.5
+                parts.append(f'{{"ph":"X","cat":"cpu_op","name":"{names[i % 4]}","pid":1,"tid":1,'
+                             f'"ts":{start:.3f},"dur":{dur}}}')
+                if i % 2:
+                    t += 4
+            out.write(("" if first else ",") + ",".join(parts))
+            first = False
+            written += n
+            ts += n * 2.0 + 10
+        out.write("]}")
+    return target.stat().st_size, events
 
 
-def _timed(fn: Any) -> tuple[float, Any]:
-    gc.collect()
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
+_WRAPPER = """import os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(time.perf_counter() - start, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status))
+"""
+
+
+def measured(command: list[str]) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit status) of ``command`` run to its end in a process of its own,
+    started by a small process (a child forked from this one would count this one's memory)."""
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *command], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
+def run(name: str, trace: Path, hta: Path | None) -> None:
+    size = trace.stat().st_size
+    load = measured([sys.executable, "-c", "import json, sys; json.load(open(sys.argv[1], 'rb'))",
+                     str(trace)])
+    report = measured([sys.executable, "-m", "profcallbacks.cli", "report", str(trace.parent),
+                       "--format", "json"])
+    print(f"{name}: {size / 1e6:.0f} MB")
+    print(f"  json.load                        {load[0]:7.1f} s  {load[1]:6.0f} MB peak RSS")
+    print(f"  profcallbacks report --format json {report[0]:5.1f} s  {report[1]:6.0f} MB peak RSS"
+          + ("" if report[2] == 0 else f"  (exit status {report[2]})"))
+    print(f"  report / json.load: {report[0] / load[0]:.2f} (target <= 1)")
+    if hta is not None:
+        code = ("import sys; from hta.trace_analysis import TraceAnalysis; "
+                "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)")
+        done = measured([str(hta), "-c", code, str(trace.parent)])
+        if done[2] != 0:
+            print(f"  HTA 0.5.0 failed (exit status {done[2]})")
+        else:
+            print(f"  HTA 0.5.0 load + temporal breakdown {done[0]:5.1f} s  {done[1]:6.0f} MB peak RSS")
+            print(f"  HTA / report: {done[0] / report[0]:.1f}x (target >= 15x)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--mb", type=float, default=110.0, help="uncompressed trace size (MB)")
-    parser.add_argument("--cpu-only", action="store_true", help="no GPU kernels in the trace")
-    parser.add_argument("--keep", type=Path, help="write the log directory here and keep it")
-    parser.add_argument("--no-msgspec", action="store_true",
-                        help="also time the report on its fallback path (orjson dicts, then records)")
-    parser.add_argument("--hta-python", type=Path,
-                        help="python of a venv with holistictraceanalysis==0.5.0 (HTA pins its own "
-                             "pandas; keep it outside the repo), timed in a subprocess")
+    parser.add_argument("--gpu-mb", type=float, default=300.0, help="size of trace (a), MB")
+    parser.add_argument("--cpu-events", type=int, default=10_000_000, help="events of trace (b)")
+    parser.add_argument("--source", type=Path, default=SOURCE, help="the real trace repeated in (a)")
+    parser.add_argument("--hta-python", type=Path, help="python of a venv with HTA 0.5.0")
+    parser.add_argument("--only", choices=("gpu", "cpu"), help="one of the two traces")
+    parser.add_argument("--keep", type=Path, help="write the traces here and keep them")
     args = parser.parse_args()
-
-    from profcallbacks.report import build_report, decode, locate_run, render_text
-    from profcallbacks.report.read.files import PARSER, gc_paused, read_bytes
-
     root = args.keep or Path(tempfile.mkdtemp(prefix="profcallbacks-bench-"))
+    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     try:
-        path, raw_bytes, events = make_log_dir(root, args.mb, gpu=not args.cpu_only)
-        print(f"trace: {path.name}: {raw_bytes / 1e6:.0f} MB JSON, {path.stat().st_size / 1e6:.1f} MB "
-              f"gzipped, {events:,} events")
-        t_gunzip, data = _timed(lambda: read_bytes(path))
-        parsers: dict[str, Any] = {"json": json.loads}
-        try:
-            import orjson
-
-            parsers["orjson"] = orjson.loads
-        except ImportError:
-            print("orjson is not installed: only the standard library is timed")
-        line = []
-        for name, loads in parsers.items():
-            t_gc, _ = _timed(lambda loads=loads: loads(data))
-            with gc_paused():
-                t_nogc, _ = _timed(lambda loads=loads: loads(data))
-            line.append(f"{name} {t_gc:.2f} s ({t_nogc:.2f} s with gc paused)")
-        if decode.DECODER == "msgspec":
-            t_slim, _ = _timed(lambda: decode._decoder.decode(data))
-            line.append(f"msgspec into slim records {t_slim:.2f} s")
-        data = bytearray()
-        print(f"gunzip {t_gunzip:.2f} s; parse: " + ", ".join(line) + "; report uses "
-              + ("msgspec records" if decode.DECODER == "msgspec" else f"{PARSER} with gc paused"))
-
-        def report() -> dict[str, Any]:
-            rep = build_report(locate_run(root))
-            render_text(rep)
-            json.dumps(rep)
-            return rep
-
-        t_report, rep = _timed(report)
-        bd = rep["breakdown"]
-        print(f"profcallbacks report: {t_report:.2f} s ({bd['steps']} steps, top op "
-              f"{rep['top_operators']['cpu'][0]['name']})")
-        if args.no_msgspec and decode.DECODER == "msgspec":
-            slim_decoder, decode._decoder = decode._decoder, None
-            t_dicts, _ = _timed(report)
-            decode._decoder = slim_decoder
-            print(f"profcallbacks report without msgspec ({PARSER} dicts, then records): {t_dicts:.2f} s")
-        verdict = rep["verdict"] or {}
-        print(f"verdict: {verdict.get('kind')} ({verdict.get('share', 0):.0%}); GPU breakdown "
-              f"{rep['captures'][0]['files'][0]['gpu_breakdown']}")
-        if args.hta_python is not None:  # HTA pins its own pandas: it lives in a venv of its own
-            code = ("import sys, time; from hta.trace_analysis import TraceAnalysis; "
-                    "t = time.perf_counter(); TraceAnalysis(trace_dir=sys.argv[1]); "
-                    "print(time.perf_counter() - t)")
-            done = subprocess.run([str(args.hta_python), "-c", code, str(path.parent)],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                print(f"HTA failed: {done.stderr[-500:]}")
-                return
-            t_hta = float(done.stdout.strip().splitlines()[-1])
-        else:
-            try:
-                from hta.trace_analysis import TraceAnalysis
-            except ImportError:
-                print("HolisticTraceAnalysis is not installed (pip install HolisticTraceAnalysis, "
-                      "or --hta-python VENV/bin/python): no ratio")
-                return
-            t_hta, _ = _timed(lambda: TraceAnalysis(trace_dir=str(path.parent)))
-        print(f"HTA TraceAnalysis load: {t_hta:.2f} s")
-        print(f"ratio: report (verdicts included) is {t_hta / t_report:.1f}x faster than HTA's load "
-              "(goal >= 8x)")
+        if args.only != "cpu":
+            if args.source is None or not args.source.is_file():
+                sys.exit("no source trace for (a): give --source (a .pt.trace.json.gz with GPU kernels)")
+            (root / "gpu").mkdir(parents=True, exist_ok=True)
+            trace = root / "gpu" / "rank0_repeated.pt.trace.json"
+            size, events = repeated_gpu_trace(args.source, trace, args.gpu_mb * 1e6)
+            run(f"(a) {args.source.name} repeated: {events:,} events", trace, args.hta_python)
+        if args.only != "gpu":
+            (root / "cpu").mkdir(parents=True, exist_ok=True)
+            trace = root / "cpu" / "rank0_small_events.pt.trace.json"
+            cpu_trace(trace, args.cpu_events)
+            run(f"(b) {args.cpu_events:,} small CPU events", trace, None)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,4 +1,4 @@
-"""Shared test helpers: a tiny model, a training step, and trace-file readers."""
+"""Shared test helpers: the quiet options, a tiny model, a training step, and trace-file readers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from typing import Any
 
 import torch
 from torch import nn
+
+QUIET: dict[str, Any] = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
+                             tensorboard_scalars=False, watch_capture_file=False)
+"""Profiler options that turn off what a test does not look at: scheduled captures, the stall and
+slowdown detectors, the sync audit, TensorBoard scalars and the CAPTURE file. A test adds what it
+looks at (``StepProfiler(tmp_path, memory=..., **QUIET)``; ``{**QUIET, "memory": None}``)."""
 
 
 def tiny_model() -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -10,9 +10,6 @@ import os
 import torch
 
 KEPT: list[torch.Tensor] = []
-QUIET = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
-             tensorboard_scalars=False, watch_capture_file=False)
-"""Profiler options that leave only the memory work on (no captures, files or other detectors)."""
 
 
 def leaky_step(model: torch.nn.Module, x: torch.Tensor, keep_floats: int,

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+import helpers
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks import ByteBudget, Schedule, StepProfiler, TraceOptions
 from profcallbacks.capture.retention import logdir_capture_bytes
@@ -22,8 +23,8 @@ from profcallbacks.report.render.text import render_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-QUIET = {"tensorboard_scalars": False, "watch_capture_file": False, "slowdown": None,
-         "stall": None, "sync_audit": False, "memory": None}
+QUIET = {key: value for key, value in helpers.QUIET.items() if key != "schedule"} | {"memory": None}
+"""The schedule is each test's own."""
 
 
 def many_modules(n: int = 12) -> tuple[nn.Module, torch.optim.Optimizer]:

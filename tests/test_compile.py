@@ -10,14 +10,14 @@ import pytest
 import torch
 import torch._dynamo
 
+import helpers
 from compile_models import Printing, Shaped, def_line, line_of
 from front_ends import FRONT_ENDS
 from profcallbacks import StepProfiler
 from profcallbacks.findings import COMPILE_FALLBACK, GRAPH_BREAK, RECOMPILE, Finding
 from profcallbacks.layout import steps_file
 
-QUIET = dict(schedule=None, sync_audit=False, memory=None, stall=None, slowdown=None,
-             tensorboard_scalars=False, watch_capture_file=False, log_every_n_steps=1)
+QUIET = {**helpers.QUIET, "memory": None, "log_every_n_steps": 1}
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Names renamed since the last release keep working for one minor release, with a
-DeprecationWarning that names the new name (docs/versioning.md)."""
+DeprecationWarning that names the new name (docs/explanation/versioning.md)."""
 
 import warnings
 

@@ -44,7 +44,7 @@ def test_alexnet_diagnoses_in_json_text_and_html(tmp_path):
     text = render_text(report)
     verdict_at, diagnoses_at = text.index("Verdict: HOST_BOUND"), text.index("Diagnoses")
     assert text.index("profcallbacks report:") < verdict_at < diagnoses_at  # under the header
-    assert "this capture is not steady state" in text and "pageable_copy: up to 56.99 ms" in text
+    assert "this capture is not steady state" in text and "pageable_copy: ~56.99 ms" in text
     page = render_html(report)
     assert "id=diagnoses" in page and 'data-kind="fp32_compute"' in page
     assert "id=throughput" in page and "no FLOPs in the trace" in page  # recorded without shapes
@@ -56,7 +56,8 @@ def test_compare_says_which_diagnoses_appeared_and_went(tmp_path):
     changes = compare_reports(a, b)["diagnoses"]
     assert [d["kind"] for d in changes["went"]] == ["input_pipeline"]
     assert [d["kind"] for d in changes["appeared"]] == ["pageable_copy"]
-    assert {d["kind"] for d in changes["changed"]} == {"fp32_compute", "unfused_optimizer"}
+    # SGD per parameter in both, but with the GPU busy under the optimizer foreach saves nothing
+    assert {d["kind"] for d in changes["changed"]} == {"fp32_compute"}
     text = render_compare_text(compare_reports(a, b))
     assert "input_pipeline: went" in text and "pageable_copy: appeared" in text
 
@@ -95,6 +96,10 @@ def test_no_mfu_without_device_and_an_override_for_it(tmp_path, capsys):
                                        ("NVIDIA A100-PG509-200", "A100"), ("NVIDIA A10G", "A10"),
                                        ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
                                        ("Tesla V100-PCIE-16GB", "V100 PCIe"), ("Tesla T4", "T4"),
+                                       ("AMD Instinct MI300X", "MI300X"),
+                                       ("AMD Instinct MI210", "MI210"), ("NVIDIA B200", "B200"),
+                                       ("NVIDIA GeForce RTX 2080 Ti", "RTX 2080 Ti"),
+                                       ("Quadro GP100", "GP100"),
                                        ("AMD Instinct MI250X", None)])
 def test_peak_table_rows(name, key):
     assert device_key(name) == key
@@ -142,3 +147,29 @@ def test_watch_shows_the_top_diagnoses_of_a_live_verdict(tmp_path):
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(render(state))
     assert "input_pipeline (12.0 ms), pageable_copy (1.5 ms)" in console.export_text()
+
+
+@pytest.mark.parametrize("kernel, dtype", [
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x128_MI16x16x1", "bf16"),  # MI300X
+    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8", "fp16"),
+    ("Cijk_Ailk_Bljk_SS_MT64x64x16", "fp32"),
+    ("sm90_xmma_gemm_e4m3f16_e4m3_f32_tn_n_tilesize128x128x128", "fp8"),
+    ("void gemm_mxfp4_kernel<128>", "fp4"),
+    ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "bf16"),
+    ("volta_sgemm_128x64_nn", "fp32"),
+])
+def test_kernel_names_of_both_vendors_tell_the_dtype(kernel, dtype):
+    from profcallbacks.report.analyse.diagnoses.precision import precision
+
+    assert precision(kernel) == dtype
+
+
+def test_mfu_of_an_amd_bf16_run_against_the_mi300x_peak():
+    # rocBLAS/hipBLASLt GEMMs are Cijk_..._BBS_...: bf16, so the bf16 matrix-core peak applies
+    # (before: no GEMM recognised, no dtype, no MFU)
+    path = SHARED / "mi300x_resnet18_allocator.pt.trace.json.gz" if SHARED else None
+    if path is None or not path.is_file():
+        pytest.skip("../shared/gpu-traces is absent")
+    tp = build_report(locate_run(path))["captures"][0]["throughput"]
+    assert tp["dtype"] == "bf16" and tp["peak_tflops"] == 1307.4
+    assert tp["peak_source"] == "MI300X dense bf16 datasheet peak" and 0 < tp["mfu"] < 0.05

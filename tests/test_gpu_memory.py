@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 
+from helpers import QUIET
 from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, StepProfiler
 from profcallbacks.detect.memory import read_cuda_mb
@@ -14,8 +15,6 @@ from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES, OUT_OF_MEMORY
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-QUIET = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
-             tensorboard_scalars=False, watch_capture_file=False)
 
 
 class OnDevice(torch.nn.Module):

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from memory_scenario import QUIET
+from helpers import QUIET
 from profcallbacks import MemoryConfig
 from profcallbacks.findings import OUT_OF_MEMORY
 from profcallbacks.layout import findings_file

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from memory_scenario import QUIET, keep_location, leaky_step, release
+from helpers import QUIET
+from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, StepProfiler
 from profcallbacks.core.triggers import MEMORY
 from profcallbacks.detect.memory import read_rss_mb

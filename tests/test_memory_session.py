@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memory_scenario import QUIET
+from helpers import QUIET
 from profcallbacks import MemoryConfig, ProfilerConfig
 from profcallbacks.layout import steps_file
 

@@ -13,13 +13,12 @@ import time
 import pytest
 import torch
 
+from helpers import QUIET
 from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, ProfilerConfig, ProfilingSession, RankInfo, StepProfiler
 from profcallbacks.detect.memory import MemoryCreepDetector
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES
 
-QUIET = dict(schedule=None, stall=None, slowdown=None, sync_audit=False,
-             tensorboard_scalars=False, watch_capture_file=False)
 LEAK_MB = 0.25  # 256 KB per step
 RSS_KEY = "profcallbacks/process_rss_mb"
 

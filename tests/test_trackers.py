@@ -335,3 +335,41 @@ def test_callbacks_take_a_metrics_sink_too(tmp_path, front_end):
                          {**RUN_OPTIONS, "metrics_sink": run})
     assert steps_of(run.scalars) == [1, 3, 5, 7] and plausible_step_times(run.scalars)
     assert sync_rows(findings) and run.findings == findings and run.closed == 1
+
+
+def _mlflow_capture(client, run_id, findings):
+    """The verdict tag and the capture's logged files of an MLflow run."""
+    verdict = _verdict(findings)
+    logged = client.list_artifacts(run_id, f"profcallbacks/captures/{verdict['capture']}")
+    return client.get_run(run_id).data.tags.get("profcallbacks/verdict", ""), verdict, logged
+
+
+@pytest.mark.parametrize("front_end", ["plain", "lightning", "hf"])
+def test_tracker_captures_false_logs_the_verdict_and_no_trace_files(tmp_path, mlflow_local,
+                                                                    front_end):
+    options = {**CAPTURING, "tracker_captures": False}
+    if front_end == "plain":
+        from profcallbacks.integrations.mlflow_run import MlflowSink
+
+        with mlflow_local.start_run() as run:
+            findings = plain_loop(tmp_path / "log", SleepyDataset(0.0), STEPS,
+                                  {**options, "metrics_sink": MlflowSink()})
+        client, run_id = mlflow_local.MlflowClient(), run.info.run_id
+    elif front_end == "lightning":
+        pytest.importorskip("lightning")
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        logger = MLFlowLogger(experiment_name="pc", tracking_uri=mlflow_local.get_tracking_uri(),
+                              artifact_location=str(tmp_path / "artifacts"))
+        findings = lightning_trainer(tmp_path / "log", SleepyDataset(0.0), STEPS, options,
+                                     logger=logger)
+        client, run_id = logger.experiment, logger.run_id
+    else:
+        pytest.importorskip("transformers")
+        findings = hf_trainer(tmp_path / "log", SleepyDataset(0.0), STEPS, options,
+                              report_to=["mlflow"], logging_steps=2)
+        client, run_id = mlflow_local.MlflowClient(), mlflow_local.last_active_run().info.run_id
+    tag, verdict, logged = _mlflow_capture(client, run_id, findings)
+    assert tag.startswith(f"{verdict['capture']}: {verdict['kind']} (")  # the verdict still goes
+    assert logged == []  # the trace files do not
+    assert any((tmp_path / "log" / verdict["capture"]).iterdir())  # (they are on disk)

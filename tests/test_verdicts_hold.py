@@ -80,10 +80,11 @@ def test_captures_of_one_run_either_side_of_a_threshold_keep_one_kind(tmp_path):
 def test_cpu_runs_never_get_gpu_advice(kind):
     cpu = RunContext(device="cpu", loader={"num_workers": 2, "pin_memory": False,
                                            "persistent_workers": False, "epoch_ends": True})
-    if kind in ("host_bound", "sync_bound", "copy_bound", "gpu_compute_bound"):
+    if kind in ("sync_bound", "copy_bound", "gpu_compute_bound"):
         return  # GPU-only kinds: decide() never gives them without a GPU timeline
-    for line in verdict_advice(kind, cpu):
+    for line in verdict_advice(kind, cpu):  # host_bound on a CPU: Python between operators
         assert not any(word in line for word in GPU_WORDS), line
+        assert line.endswith("."), line  # a sentence: the live finding appends the next one
 
 
 def test_loader_advice_fits_the_loader():
@@ -91,10 +92,19 @@ def test_loader_advice_fits_the_loader():
                                                 "persistent_workers": False, "epoch_ends": False})
     assert not any("persistent_workers" in line for line in verdict_advice("input_bound", endless))
     assert not any("pin_memory" in line for line in verdict_advice("input_bound", endless))
-    epochs = RunContext(device="cuda", loader={"num_workers": 4, "pin_memory": False,
+    epochs = RunContext(device="cuda", loader={"num_workers": 4, "pin_memory": False, "cpus": 8,
                                                "persistent_workers": False, "epoch_ends": True})
     line = verdict_advice("input_bound", epochs)[0]
-    assert "now 4" in line and "persistent_workers=True" in line and "pin_memory=True" in line
+    assert "from 4 to 8" in line and "persistent_workers=True" in line and "pin_memory=True" in line
+    # one worker-count rule: a worker per core this process may use, whatever the loader had
+    zero = RunContext(device="cpu", loader={"num_workers": 0, "cpus": 2})
+    rule = "num_workers=2 (one per core the training process may use"
+    assert rule in verdict_advice("input_bound", zero)[0]
+    # the run's cores unknown: the rule in words, never the cores of the machine reading the trace
+    unknown = verdict_advice("input_bound", RunContext(device="cpu", loader={"num_workers": 0}))[0]
+    assert "one per core the training process may use (at most 8)" in unknown
+    full = RunContext(device="cpu", loader={"num_workers": 2, "cpus": 2})
+    assert "make each batch cheaper" in verdict_advice("input_bound", full)[0]
     v100 = verdict_advice("gpu_compute_bound", RunContext(device="cuda", capability=(7, 0)))[0]
     assert "fp16" in v100 and "(no bf16/TF32)" in v100
     a100 = verdict_advice("gpu_compute_bound", RunContext(device="cuda", capability=(8, 0)))[0]
@@ -177,3 +187,15 @@ def test_gloo_ddp_with_heavy_all_reduce_is_communication_bound(gloo_run):
     assert len({r["kind"] for r in ranks}) == 1 or capture["ranks_differ"]
     for line in verdict["advice"]:
         assert not any(word in line for word in GPU_WORDS), line
+
+
+def test_thread_advice_never_raises_threads_on_an_oversubscribed_machine():
+    # a slowdown that grew every operator alike names the machine: more threads on cores other
+    # work holds made every operator slower (1 thread was 10x faster than 2 on such a machine)
+    uniform = {"kind": "slowdown_diagnosis", "details": {"growth": {"pattern": "uniform"}}}
+    busy = run_context([], [uniform])
+    assert busy.contended and busy.public()["contended"] is True
+    [line] = verdict_advice("cpu_compute_bound", busy)
+    assert "oversubscribed" in line and "Lower torch.set_num_threads" in line
+    calm = verdict_advice("cpu_compute_bound", RunContext(device="cpu"))
+    assert not any("raise torch.set_num_threads" in x.lower() for x in calm)

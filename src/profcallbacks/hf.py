@@ -121,7 +121,9 @@ class ProfilerCallback(TrainerCallback):
         rank = RankInfo.detect()
         logdir = self.logdir or tensorboard_logdir(args, state, rank)
         own = self._metrics_sink  # the user's own sink or tracker run, beside report_to's
-        self._report_to = report_to_sinks(args.report_to) if state.is_world_process_zero else []
+        self._report_to = (report_to_sinks(args.report_to,
+                                           log_captures=self.config.tracker_captures)
+                           if state.is_world_process_zero else [])
         self._report_to += [own] if isinstance(own, RunLog) else []
         plain = [] if isinstance(own, RunLog) else extra_sinks(own)
         session = ProfilingSession(self.config, logdir, rank=rank, on_finding=self._on_finding,

@@ -141,7 +141,8 @@ class ProfilerCallback(Callback):
             metrics_sinks=[*(logger.log_metrics for logger in trainer.loggers),
                            *extra_sinks(self._metrics_sink)],
             start_step=trainer.global_step, log_findings=trainer.is_global_zero)
-        self._logger_findings = [LoggerFindings(logger) for logger in trainer.loggers]
+        self._logger_findings = [LoggerFindings(logger, log_captures=self.config.tracker_captures)
+                                 for logger in trainer.loggers]
         for sink in self._logger_findings:  # findings where the run's metrics go, too
             self.session.add_finding_handler(sink)
         if isinstance(self._metrics_sink, RunLog):

@@ -97,6 +97,9 @@ class StepProfiler:
                                         metrics_sinks=extra_sinks(metrics_sink))
         if isinstance(metrics_sink, RunLog):
             self.session.add_finding_handler(metrics_sink.finding)
+        if (not config.tracker_captures and metrics_sink is not None
+                and hasattr(metrics_sink, "log_captures")):  # a WandbSink or MlflowSink
+            metrics_sink.log_captures = False  # verdicts, no trace files
         if type(self).step is StepProfiler.step:  # (a subclass's own step is left alone)
             self.step = self.session.step_end  # type: ignore[method-assign]  # see step()
 

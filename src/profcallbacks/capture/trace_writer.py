@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.claims import CLAIM_PREFIX, RAW_TOKEN, StagingClaim, live_claims
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import postprocess
@@ -121,30 +122,38 @@ _STAGED_FILE = re.compile(r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.writing|\.r
 """Files a capture's stage may hold: trace files (``.ready`` once complete) and half-written ones."""
 
 
-def new_raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
+def new_raw_trace_path(logdir: Path, info: CaptureInfo, claim: StagingClaim | None = None) -> Path:
     """A fresh path for kineto's raw save of ``info``: in a private directory of an unpredictable
-    name under staging, since kineto writes by path (it would follow a planted link).
+    name under staging, since kineto writes by path (it would follow a planted link); with
+    ``claim``, one that names it (no other rank's recovery removes it).
 
     Raises:
         UnsafeEntryError: The staging directory is a link or another user's.
     """
     staging = logdir / STAGING_DIR
     ensure_dir(staging, own=True)
-    private = make_private_dir(staging, f"{RAW_DIR_PREFIX}{info.name}-{info.rank.worker}-")
+    prefix = RAW_DIR_PREFIX
+    if claim is not None:
+        claim.hold()
+        prefix = claim.raw_prefix
+    private = make_private_dir(staging, f"{prefix}{info.name}-{info.rank.worker}-")
     return private / RAW_FILE
 
 
-def remove_raw(raw: Path) -> None:
+def remove_raw(raw: Path) -> bool:
     """Remove a raw trace and its private directory with whatever else kineto left in it (its
-    ``trace.json.tmp`` when a save failed half-way), only what is ours; never raises."""
-    with contextlib.suppress(OSError):
-        remove_own_tree(raw.parent, inside=raw.parent.parent)
+    ``trace.json.tmp`` when a save failed half-way), only what is ours; never raises. False
+    when something of it stays (a read-only file system)."""
+    try:
+        return remove_own_tree(raw.parent, inside=raw.parent.parent) or _lstat(raw.parent) is None
+    except OSError:
+        return False
 
 
-def remove_raws(raw: Path, info: CaptureInfo) -> None:
-    """Remove the raw trace of ``info`` and those of its earlier pieces; never raises."""
-    for path in [*map(Path, info.pieces), raw]:
-        remove_raw(path)
+def remove_raws(raw: Path, info: CaptureInfo) -> list[Path]:
+    """Remove the raw trace of ``info`` and those of its earlier pieces; never raises. Returns
+    those that stay."""
+    return [path for path in [*map(Path, info.pieces), raw] if not remove_raw(path)]
 
 
 class CaptureWriter:
@@ -183,6 +192,9 @@ class CaptureWriter:
         self.findings: list[Finding] = []
         self.failures = 0
         self._after_publish = after_publish
+        self._left: list[Path] = []  # raw traces a failed write could not remove (read-only)
+        self._half: list[tuple[str, str]] = []  # (stage, file) a failed write left half written
+        self._claim = StagingClaim(logdir)  # the stages it writes into are a live rank's
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -205,8 +217,31 @@ class CaptureWriter:
                 time.sleep(0.2)
         for name in list(self._waiting):
             self._publish(name, force=True)
+        self._remove_left()
+        self._claim.release()
         with contextlib.suppress(OSError):  # only when empty: another rank may still stage
             self._staging.rmdir()
+
+    def _remove_left(self) -> None:
+        """Remove what failed writes left (the file system was read-only then and is no longer);
+        what still cannot go is named, and removed at the next start."""
+        self._left = [raw for raw in self._left if not remove_raw(raw)]
+        half = []
+        for stage, file in self._half:
+            try:
+                with _stage_dir(self._logdir, stage, create=False) as stage_fd:
+                    if not _unlinked(file, stage_fd):
+                        half.append((stage, file))
+                        continue
+                with contextlib.suppress(OSError):  # only when empty: another rank may stage
+                    os.rmdir(self._staging / stage)
+            except OSError:  # gone with its stage (published, or never made)
+                pass
+        self._half = half
+        if self._left or self._half:
+            log.warning("profcallbacks: %d unfinished trace file(s) stay in %s (the file system "
+                        "still refuses); the next run in this log directory removes them.",
+                        len(self._left) + len(self._half), self._staging)
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
         with _collector_paused():  # raw traces are read only as regular files of ours
@@ -219,8 +254,10 @@ class CaptureWriter:
             found = self._analyse(encoded, info)
             encoded = append_events(encoded, capture_track(info, base_ns, found))
         name = trace_file_name(info.rank.worker, info.first_step)
+        self._claim.add(info.name)  # before the stage exists: never a stage nobody claims
         with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
             writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
+            self._half.append((info.name, writing))  # until it is gone
             try:
                 with os.fdopen(create_exclusive(writing, dir_fd=stage_fd), "wb") as out, \
                         gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL) as f:
@@ -228,9 +265,9 @@ class CaptureWriter:
                 del encoded
                 os.replace(writing, name + _READY, src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(writing, dir_fd=stage_fd)
-        remove_raws(raw, info)  # only now: until here a killed writer leaves it to rescue
+                if _unlinked(writing, stage_fd):  # else read-only: removed at close
+                    self._half.remove((info.name, writing))
+        self._left += remove_raws(raw, info)  # only now: until here a killed writer rescues it
         self._written[info.name] = (name, info, found)
         self._waiting.add(info.name)
         self._publish(info.name, force=False)
@@ -285,6 +322,8 @@ class CaptureWriter:
 
     def _published(self, name: str, final: Path) -> None:
         self._waiting.discard(name)
+        with contextlib.suppress(OSError):
+            self._claim.drop(name)
         self.exported.append(final)
         written = self._written.pop(name, None)
         if written is not None:
@@ -292,8 +331,10 @@ class CaptureWriter:
                                  for found in written[2])
 
     def _discard(self, raw: Path, info: CaptureInfo) -> None:
-        remove_raws(raw, info)  # e.g. a read-only file system: what stays is reported at next start
+        self._left += remove_raws(raw, info)  # e.g. read-only: tried again at close
         self._waiting.discard(info.name)
+        with contextlib.suppress(OSError):
+            self._claim.drop(info.name)
 
 
 def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
@@ -428,9 +469,10 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
     Staged trace files that were complete (``.ready``) are published (never over an earlier
     capture); half-written ones (``.writing``, raw saves) are removed; a leftover
     ``.publishing`` lock is removed, also from a published capture directory. Only entries
-    modified before ``older_than`` (seconds since the epoch, the file server's clock) are
-    touched: they belong to no live run. Only entries provably ours are touched: directories and
-    regular files of this user, never through a link, with the names this module gives them.
+    modified before ``older_than`` (seconds since the epoch, the file server's clock) and not
+    covered by a live process's claim (``claims``: another rank of this run that started first)
+    are touched: they belong to no live run. Only entries provably ours are touched: directories
+    and regular files of this user, never through a link, with the names this module gives them.
     Never raises.
     """
     done: list[str] = []
@@ -444,8 +486,14 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
         return done
     if not is_own(staging, kind="dir", inside=logdir):
         return done + [f"{staging} is not a directory of this user (a link?); left alone"]
+    live = live_claims(staging, started=older_than)
+    claimed = {stage for stages in live.values() for stage in stages}
     for name in _listdir(staging):
         stage = staging / name
+        raw_claim = RAW_TOKEN.match(name)
+        if name.startswith(CLAIM_PREFIX) or name in claimed or (
+                raw_claim is not None and raw_claim.group(1) in live):
+            continue  # a live process's (another rank's): it finishes them itself
         try:
             st = _lstat(stage)
             if st is None or st.st_mtime >= older_than:
@@ -514,6 +562,17 @@ def _stage_dir(logdir: Path, name: str, *, create: bool) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def _unlinked(name: str, dir_fd: int) -> bool:
+    """Remove ``name`` from the directory ``dir_fd``; False when it stays (read-only)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -87,3 +87,6 @@ ASYNC_COPY_CALL = "cudaMemcpyAsync"
 """The runtime call of an asynchronous copy (blocking when its host memory is pageable)."""
 CUDA_PROFILER_RANGE = "cuda_profiler_range"
 """The category of a replayed capture's range (CUDA graph replays profiled by range)."""
+COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
+                     "TorchDynamo Cache Lookup")
+"""Names of the trace ranges torch.compile's code runs in (forward, backward, inductor's graph)."""

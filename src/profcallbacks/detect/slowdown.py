@@ -316,13 +316,8 @@ class SlowdownDetector(Participant):
         """Step ``k`` on its own: one during an alerted slowdown (recovery, re-baselining), or
         one before the first baseline while the early reference is not set (the step that
         completes the first ``early_steps`` sets it). Returns ``k + 1``."""
-        t = times[k]
-        self._recent.append(t)
-        self._block.append(t)
-        self._block_s += t
-        block_done = (len(self._block) >= self.config.baseline_steps
-                      and self._block_s >= self.config.baseline_block_s) \
-            or len(self._block) >= _MAX_BLOCK_STEPS
+        sums, close, _ = self._block_close(times, k, k + 1)
+        self._take(times, k, k + 1, sums)
         if self.baseline_s is not None:  # slow: only steps of an alerted slowdown come here
             found += self._observe_slow(times, k, first)
         elif self._early_on and len(self._block) == self.config.early_steps:
@@ -331,7 +326,7 @@ class SlowdownDetector(Participant):
             self._early_ref, self._early_limit = ref, ratio * ref
             self._early_cap = 2.0 * ratio * ref
             self._set_references(ref)  # provisional: the first block may keep them
-        if block_done:
+        if close == 0:  # the step closes the baseline block
             self._close_block()
         return k + 1
 

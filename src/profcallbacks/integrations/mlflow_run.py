@@ -74,7 +74,7 @@ class MlflowSink:
         self._metric = require("mlflow.entities", "mlflow", "MlflowSink").Metric
         self._counts = FindingCounts()
         self._findings: list[Finding] = []
-        self._log_captures = log_captures
+        self.log_captures = log_captures
 
     def __call__(self, values: dict[str, float], step: int) -> None:
         self._log(values, step)
@@ -85,7 +85,7 @@ class MlflowSink:
         self._client.log_text(self.run_id, findings_jsonl(self._findings), FINDINGS_ARTIFACT)
         capture = capture_verdict(finding)
         if capture is not None:
-            log_capture(self._client, self.run_id, capture, files=self._log_captures)
+            log_capture(self._client, self.run_id, capture, files=self.log_captures)
 
     def close(self) -> None:
         """Nothing is held back: metrics and the findings artifact are written as they come."""

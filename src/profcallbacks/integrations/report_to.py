@@ -18,10 +18,12 @@ SUPPORTED = ("wandb", "mlflow", "tensorboard")
 """The ``report_to`` names that receive findings."""
 
 
-def report_to_sinks(report_to: list[str] | str | None) -> list[RunLog]:
+def report_to_sinks(report_to: list[str] | str | None, *,
+                    log_captures: bool = True) -> list[RunLog]:
     """A sink for each enabled integration whose run is open (call after the Trainer's
     ``on_train_begin`` set them up). ``tensorboard`` needs none: the profiler's own event file
-    in the Trainer's TensorBoard directory carries findings as text.
+    in the Trainer's TensorBoard directory carries findings as text. ``log_captures=False``:
+    the sinks log each capture's verdict, not its trace files.
 
     Example:
         >>> report_to_sinks(["tensorboard"])
@@ -35,13 +37,13 @@ def report_to_sinks(report_to: list[str] | str | None) -> list[RunLog]:
         if wandb.run is not None:
             from profcallbacks.integrations.wandb_run import WandbSink
 
-            sinks.append(WandbSink(wandb.run))
+            sinks.append(WandbSink(wandb.run, log_captures=log_captures))
     if "mlflow" in names:
         import mlflow
 
         if mlflow.active_run() is not None:
             from profcallbacks.integrations.mlflow_run import MlflowSink
 
-            sinks.append(MlflowSink())
+            sinks.append(MlflowSink(log_captures=log_captures))
     return sinks
 

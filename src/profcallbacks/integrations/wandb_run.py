@@ -71,7 +71,7 @@ class WandbSink:
         self._counts = FindingCounts()
         self._rows: list[list[Any]] = []
         self._closed = False
-        self._log_captures = log_captures
+        self.log_captures = log_captures
 
     def __call__(self, values: dict[str, float], step: int) -> None:
         self._run.log({**values, STEP_KEY: step})
@@ -81,7 +81,7 @@ class WandbSink:
         self._run.log({**self._counts.add(finding), STEP_KEY: finding.step})
         capture = capture_verdict(finding)
         if capture is not None:
-            log_capture(self._wandb, self._run, capture, files=self._log_captures)
+            log_capture(self._wandb, self._run, capture, files=self.log_captures)
 
     def close(self) -> None:
         """Log the findings table (once); never raises."""

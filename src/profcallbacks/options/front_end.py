@@ -56,6 +56,7 @@ class ProfilerOptions(TypedDict, total=False):
     memory: MemoryConfig | None
     baseline_capture: bool
     budget: ByteBudget | None
+    tracker_captures: bool
 
 
 def option_parameters() -> list[inspect.Parameter]:

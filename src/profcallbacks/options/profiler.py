@@ -55,7 +55,11 @@ class ProfilerConfig:
             when no capture was taken yet, so a later slowdown capture gets a
             ``slowdown_diagnosis`` against it. Counts towards ``max_captures``.
         budget: Bytes a capture and the log directory may take on disk, and the merged trace
-            of all ranks (``None``: no bound, no merge). See docs/traces.md.
+            of all ranks (``None``: no bound, no merge). See docs/get-started/trace-budgets.md.
+        tracker_captures: Log each capture's trace files to the experiment trackers in use (a
+            W&B ``profile`` artifact, an MLflow artifact folder): those of HF's ``report_to``,
+            Lightning's ``WandbLogger``/``MLFlowLogger`` and a plain loop's ``WandbSink``/
+            ``MlflowSink``. ``False`` leaves the files out; the verdict is still logged.
 
     Example:
         >>> ProfilerConfig(schedule=Schedule(skip_first=5, active=2), max_captures=3).max_captures
@@ -79,6 +83,7 @@ class ProfilerConfig:
     memory: MemoryConfig | None = field(default_factory=MemoryConfig)
     baseline_capture: bool = True
     budget: ByteBudget | None = field(default_factory=ByteBudget)
+    tracker_captures: bool = True
 
     @property
     def summary_every(self) -> tuple[int, float]:
@@ -115,7 +120,7 @@ class ProfilerConfig:
         check_number(owner, "capture_file_poll_s", self.capture_file_poll_s, above=0.0,
                      maximum=3600.0, example=1.0)
         for name in ("watch_capture_file", "tensorboard_scalars", "capture_on_slowdown",
-                     "capture_validation", "baseline_capture"):
+                     "capture_validation", "baseline_capture", "tracker_captures"):
             check_bool(owner, name, getattr(self, name))
         if self.ranks is not None:
             ranks = self.ranks

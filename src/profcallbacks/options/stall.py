@@ -9,7 +9,7 @@ from profcallbacks.options.checks import check_int, check_number
 
 @dataclass(frozen=True, kw_only=True)
 class StallConfig:
-    """When waiting for data counts as a stall (defaults are justified in docs/detection.md and
+    """When waiting for data counts as a stall (defaults are justified in docs/explanation/detection.md and
     docs/explanation/stalls-and-syncs.md).
 
     The stall statistic is the median, over the last ``window`` steps cut into blocks of

@@ -1,4 +1,4 @@
-"""Builds the report of one run: a plain dict with the schema of docs/report-schema.md."""
+"""Builds the report of one run: a plain dict with the schema of docs/reference/report-schema.md."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
 from profcallbacks.report.analyse.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analyse.captures import (
     UNHEALTHY_TRIGGERS,
+    analyse_trace,
     capture_analysis,
     public_metrics,
     rank_verdicts,
@@ -25,7 +26,7 @@ from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_tra
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.read.restarts import split_runs
-from profcallbacks.report.read.traces import TraceSummary, summarise_file
+from profcallbacks.report.read.traces import TraceSummary, read_trace_file
 
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
@@ -68,7 +69,7 @@ def locate_run(path: Path) -> RunFiles:
 
 
 def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
-    """Reads every file of ``run`` and returns the report (see docs/report-schema.md).
+    """Reads every file of ``run`` and returns the report (see docs/reference/report-schema.md).
 
     ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
     """
@@ -90,12 +91,15 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         for path in capture.files:
             entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
             try:
-                summary = summarise_file(path)
+                model = read_trace_file(path)
             except ReadError as exc:
                 problems.append({"file": str(path), "error": exc.reason})
                 entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False,
                              gpu_breakdown=None)
             else:
+                summary = model.summary
+                summary.analysis = analyse_trace(model)
+                del model
                 traces.append(summary)
                 if summary.bad_events:
                     problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "

@@ -18,12 +18,16 @@ from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import SLOWDOWN, UNHEALTHY_TRIGGERS
 from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analyse.advice import run_context
-from profcallbacks.report.analyse.captures import analyse_events, pool
-from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run, trace_expert
+from profcallbacks.report.analyse.captures import analyse_trace, pool
+from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run
 from profcallbacks.report.analyse.growth import describe, growth_pattern
 from profcallbacks.report.analyse.verdict import decide, label
-from profcallbacks.report.read.decode import Trace, decode_trace, load_trace, slim
-from profcallbacks.report.read.traces import summarise
+from profcallbacks.report.read.traces import (
+    TraceModel,
+    read_parsed_trace,
+    read_trace_bytes,
+    read_trace_file,
+)
 
 TOP_CHANGES = 8
 MIN_DELTA_MS = 0.01
@@ -32,22 +36,23 @@ NOT_SLOWER = 1.05
 """A slowdown capture whose step is at most this factor of its baseline's holds no slowdown."""
 
 
-def capture_profile(trace: Trace, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
+def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
     """What later captures compare against: per-step metrics, verdict and operator times.
 
     ``previous`` is the verdict kind of the run's previous healthy capture: a close call keeps it.
     """
-    summary = summarise(trace, Path(info.name))
-    analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
-    metrics = pool([analysis["metrics"]])
+    summary = model.summary
+    analysis = analyse_trace(model)
+    metrics = pool([analysis["metrics"]]) if "metrics" in analysis else None
     steps = max(len(summary.steps), 1)
     context = run_context([summary.format], names=summary.cpu_ops,
                           world_size=info.rank.world_size)
-    expert = trace_expert(trace.traceEvents, trace.deviceProperties)
+    expert = {"diagnoses": analysis["diagnoses"], "throughput": analysis["throughput"]}
     return {"name": info.name, "trigger": info.trigger, "metrics": metrics,
             "diagnoses": fit_to_run(expert["diagnoses"], context),
             "throughput": expert["throughput"],
-            "verdict": decide(metrics, context=context, previous=previous) if metrics else None,
+            "verdict": decide(metrics, context=context, previous=previous,
+                              diagnoses=expert["diagnoses"]) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
             "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
@@ -72,18 +77,18 @@ def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInf
     paused = gc_paused() if threading.current_thread() is threading.main_thread() else nullcontext()
     with paused:
         if isinstance(trace_file, dict):
-            trace = slim(trace_file, Path(info.name))
+            model = read_parsed_trace(trace_file, Path(info.name))
         elif isinstance(trace_file, bytes):
-            trace = decode_trace(trace_file, Path(info.name))
+            model = read_trace_bytes(trace_file, Path(info.name))
         else:
-            trace = load_trace(trace_file)
+            model = read_trace_file(trace_file)
         if isinstance(trace_file, Path) and trace_file.parent.name.startswith(info.name):
             # the published directory: name-2, name-3 ... when an earlier run took the name
             info = dataclasses.replace(info, name=trace_file.parent.name)
         earlier = [p["verdict"]["kind"] for p in history
                    if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
-        profile = capture_profile(trace, info, earlier[-1] if earlier else None)
-        del trace
+        profile = capture_profile(model, info, earlier[-1] if earlier else None)
+        del model
     step = info.steps[-1].step if info.steps else info.first_step
     findings = []
     verdict = profile["verdict"]

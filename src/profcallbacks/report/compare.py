@@ -20,7 +20,7 @@ def _change(a: float | None, b: float | None) -> dict[str, float | None]:
 
 
 def compare_reports(a: dict[str, Any], b: dict[str, Any], *, top: int = 15) -> dict[str, Any]:
-    """A comparison of two reports made by ``build_report`` (schema in docs/report-schema.md).
+    """A comparison of two reports made by ``build_report`` (schema in docs/reference/report-schema.md).
 
     Operators are compared by self time per traced step, so captures of different lengths
     compare fairly. Build both reports with ``top=ALL_OPERATORS``: an operator is ``new`` or

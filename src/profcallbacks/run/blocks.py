@@ -1,17 +1,22 @@
-"""How many steps the session buffers before its participants run: the block's size.
+"""The block buffer: steps stored on the hot path, and how many make a block.
 
 Detectors, summaries and triggers run once per block, not once per step, so the step itself
 costs a clock read and a store. A block holds at most :data:`BLOCK_STEPS` steps and lasts about
-:data:`BLOCK_S` seconds at the pace of the previous block (at least one step).
+:data:`BLOCK_S` seconds at the pace of the previous block (at least one step). A block's
+boundary work stays on the thread that steps the session (:meth:`StepBuffer._from_another_thread`).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from profcallbacks.options.profiler import ProfilerConfig
+
+log = logging.getLogger(__name__)
 
 BLOCK_STEPS = 128
 """Most steps in a block: detectors, summaries and triggers run once per block."""
@@ -74,6 +79,8 @@ class StepBuffer:
         self._block_after_pause = True  # the block's first step follows a start or a pause
         self._block_len = 1  # the first block is one step: then the step rate is known
         self._block_s = block_s  # seconds a block may last (block_period_s)
+        self._stepper: threading.Thread | None = None  # the thread that steps (its boundaries)
+        self._warned_threads = False
 
     @property
     def step(self) -> int:
@@ -113,3 +120,25 @@ class StepBuffer:
 
     def _block_boundary(self, now: float) -> None:
         raise NotImplementedError
+
+    def _from_another_thread(self) -> bool:
+        """Whether this block boundary is reached on a thread other than the one stepping the
+        session (the first to reach one, while it lives): that thread's boundary work (the
+        profiler's windows, kineto's export) is left to it, so it never runs on two threads at
+        once. The block stays due; this step is not counted once the block buffer is full.
+        Warns once."""
+        current = threading.current_thread()
+        owner = self._stepper
+        if owner is None or owner is current or not owner.is_alive():
+            self._stepper = current
+            return False
+        if not self._warned_threads:
+            self._warned_threads = True
+            log.warning("profcallbacks: step() is called from thread %r while thread %r steps "
+                        "this profiler; its capture windows and summaries stay on %r (steps of "
+                        "other threads are counted between its steps). Call step() from one "
+                        "thread, the one that runs the optimizer step.", current.name,
+                        owner.name, owner.name)
+        if self._n >= BLOCK_STEPS:
+            self._n -= 1  # the buffer is full until the stepping thread comes back
+        return True

@@ -46,6 +46,13 @@ class LateMark:
 
     Args:
         step_now: The step in progress.
+
+    Example:
+        >>> mark = LateMark(lambda: 60)
+        >>> mark(Finding("step_slowdown", 50, 0, "warning", "slow")).details
+        {}
+        >>> mark(Finding("capture_verdict", 24, 0, "info", "input_bound")).details
+        {'reported_at_step': 59}
     """
 
     def __init__(self, step_now: Callable[[], int]) -> None:

@@ -177,17 +177,17 @@ class ProfilingSession(StepBuffer):
             # waiting in it
             self._captures.open()
             self._out.open()
+            if DeviceStepTimer.wanted():  # CUDA events are recorded per step
+                self._device = self._step_clock = DeviceClock(self._clock, DeviceStepTimer())
+            self._opened = True
+            self._watch_compile()
+            self._begin_block(self._clock(), after_pause=True)
         except BaseException:
             try:
                 self._captures.close(failed=True)  # the export helper does not outlive this
             finally:
                 self._out.release_lock()
             raise
-        if DeviceStepTimer.wanted():  # CUDA events are recorded per step
-            self._device = self._step_clock = DeviceClock(self._clock, DeviceStepTimer())
-        self._opened = True
-        self._watch_compile()
-        self._begin_block(self._clock(), after_pause=True)
 
     def _watch_compile(self) -> None:
         """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``);
@@ -317,6 +317,8 @@ class ProfilingSession(StepBuffer):
                 log.warning("profcallbacks: step() called while the profiler is not running "
                             "(use `with prof:` or call it between open and close); ignored.")
                 self._warned_closed = True
+            return
+        if self._from_another_thread():
             return
         self._paused = False
         self._end_block(now)

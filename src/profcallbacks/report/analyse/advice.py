@@ -29,10 +29,12 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from profcallbacks.core.trace_names import CUDA_RUNTIME, OLD_CATEGORIES
 from profcallbacks.findings import (
     COMPILE_FALLBACK,
     DATALOADER_STALL,
@@ -41,6 +43,7 @@ from profcallbacks.findings import (
     MEMORY_SITES,
     OUT_OF_MEMORY,
     RECOMPILE,
+    SLOWDOWN_DIAGNOSIS,
     STEP_SLOWDOWN,
     STRAGGLER,
     SYNC_POINT,
@@ -55,6 +58,31 @@ from profcallbacks.report.analyse.compile import (
 from profcallbacks.report.read.generations import LIGHTNING_PREFIXES, TraceFormat
 
 DEVICES = ("cpu", "cuda", "rocm", "unknown")
+MAX_WORKERS = 8
+_RUNTIME_NAMES = (CUDA_RUNTIME, *(old for old, new in OLD_CATEGORIES.items() if new == CUDA_RUNTIME))
+"""The runtime calls' category in every trace generation: a GPU job's host side."""
+"""More loader workers than this rarely help and each holds a copy of the dataset object."""
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may use (its affinity mask: a container's or a job's share),
+    not the machine's count."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def loader_workers(cpus: int | None = None) -> int:
+    """The one worker-count rule of every piece of loader advice: one worker per core this
+    process may use (a worker waiting on I/O needs no core of its own, one building a batch
+    needs one while the training thread waits for it), at most ``MAX_WORKERS``.
+
+    Example:
+        >>> loader_workers(2), loader_workers(64)
+        (2, 8)
+    """
+    return max(1, min(MAX_WORKERS, usable_cpus() if cpus is None else cpus))
 
 
 @dataclass(frozen=True)
@@ -71,6 +99,10 @@ class RunContext:
         world_size: Processes in the run.
         compiled: The run uses torch.compile (compiled regions in its traces, or compile
             findings): advice does not suggest it again.
+        contended: Other work held the machine's cores (a slowdown that grew every operator
+            alike): thread advice lowers threads, never raises them.
+        gpu_unrecorded: A GPU job whose traces hold no GPU activity (CUDA/HIP runtime calls or a
+            GPU in ``deviceProperties``, no kernel): the profiler's activities lacked the GPU.
     """
 
     device: str = "unknown"
@@ -81,6 +113,8 @@ class RunContext:
     framework: str | None = None
     world_size: int = 1
     compiled: bool = False
+    contended: bool = False
+    gpu_unrecorded: bool = False
 
     @property
     def gpu(self) -> bool:
@@ -95,7 +129,7 @@ class RunContext:
                 "capability": list(self.capability) if self.capability else None,
                 "loader": {k: self.loader[k] for k in keys if k in self.loader} or None,
                 "framework": self.framework, "world_size": self.world_size,
-                "compiled": self.compiled}
+                "compiled": self.compiled, "contended": self.contended}
 
 
 def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, Any]] = (),
@@ -138,9 +172,15 @@ def run_context(formats: Iterable[TraceFormat], findings: Sequence[Mapping[str, 
         framework = "hf"
     if device == "unknown" and loader.get("cuda") is False:
         device = "cpu"
+    unrecorded = bool(formats) and device == "cpu" and any(
+        any(f.categories.get(c) for c in _RUNTIME_NAMES) or f.device for f in formats)
+    contended = any(f.get("kind") == SLOWDOWN_DIAGNOSIS and isinstance(f.get("details"), dict)
+                    and isinstance(f["details"].get("growth"), dict)
+                    and f["details"]["growth"].get("pattern") == "uniform" for f in findings)
     return RunContext(device=device, gpu_name=gpu_name, capability=capability, loader=loader,
                       loader_advice=tuple(str(a) for a in advice if isinstance(a, str)),
-                      framework=framework, world_size=world_size, compiled=compiled)
+                      framework=framework, world_size=world_size, compiled=compiled,
+                      contended=contended, gpu_unrecorded=unrecorded)
 
 
 def verdict_advice(kind: str, context: RunContext | None = None) -> list[str]:
@@ -178,21 +218,28 @@ def _input(ctx: RunContext) -> list[str]:
         return [_sentence(list(ctx.loader_advice))]
     loader = ctx.loader
     workers = loader.get("num_workers")
-    out = []
+    cpus = loader.get("cpus") if isinstance(loader.get("cpus"), int) else None
+    want = loader_workers(cpus) if cpus is not None else MAX_WORKERS
+    rule = (f"num_workers={want} (one per core the training process may use, at most "
+            f"{MAX_WORKERS})" if cpus is not None else
+            f"num_workers to one per core the training process may use (at most {MAX_WORKERS})")
     if workers == 0:
-        out.append("Batches are built on the training thread (num_workers=0): raise DataLoader "
-                   "num_workers")
+        first = f"Batches are built on the training thread (num_workers=0): set {rule}"
+    elif isinstance(workers, int) and cpus is None:
+        first = f"Raise DataLoader num_workers (now {workers}) and prefetch_factor"
+    elif isinstance(workers, int) and workers < want:
+        first = f"Raise DataLoader num_workers from {workers} to {want} and prefetch_factor"
     elif isinstance(workers, int):
-        out.append(f"Raise DataLoader num_workers (now {workers}) and prefetch_factor")
+        first = (f"num_workers={workers} already uses every core this process may use: make "
+                 "each batch cheaper rather than adding workers")
     else:
-        out.append("Raise DataLoader num_workers and prefetch_factor")
+        first = f"Raise DataLoader {rule} and prefetch_factor"
     if workers and loader.get("persistent_workers") is False and loader.get("epoch_ends") is not False:
-        out[-1] += "; set persistent_workers=True so workers survive between epochs"
+        first += "; set persistent_workers=True so workers survive between epochs"
     if ctx.gpu and loader.get("pin_memory") is not True:
-        out[-1] += "; set pin_memory=True"
-    out.append("Move slow decoding/augmentation out of __getitem__ (pre-process once"
-               + (", or on the GPU)." if ctx.gpu else ")."))
-    return out
+        first += "; set pin_memory=True"
+    return [first + ".", "Move slow decoding/augmentation out of __getitem__ (pre-process once"
+            + (", or on the GPU)." if ctx.gpu else ").")]
 
 
 def _gpu_compute(ctx: RunContext) -> list[str]:
@@ -225,23 +272,37 @@ def _communication(ctx: RunContext) -> list[str]:
 
 
 def _cpu_compute(ctx: RunContext) -> list[str]:
-    threads = "raise torch.set_num_threads" + (" (one process per core set)" if ctx.world_size > 1
-                                                else "")
+    if ctx.contended:
+        return ["The machine is oversubscribed: every operator slowed alike while other work "
+                "held its cores. Lower torch.set_num_threads to the cores left free (threads x "
+                "processes within the cores this process may use), or run on a machine of its "
+                "own; more threads only make it slower."]
+    threads = ("keep torch.set_num_threads x processes within the cores this process may use "
+               "(more threads than free cores slow every operator)")
     if ctx.compiled:
-        return [f"The CPU operators dominate: {threads} or use a smaller model (the step already "
-                "runs torch.compile'd code); the top operators are listed."]
-    return [f"The CPU operators dominate: {threads}, try torch.compile or a smaller model; the "
-            "top operators are listed."]
+        return ["The CPU operators dominate (the step already runs torch.compile'd code): use a "
+                f"smaller model or batch, and {threads}; the top operators are listed."]
+    return ["The CPU operators dominate: try torch.compile or a smaller model, and "
+            f"{threads}; the top operators are listed."]
+
+
+def _host(ctx: RunContext) -> list[str]:
+    if ctx.device == "cpu":
+        return ["The step's time goes to Python and framework code between operators: "
+                "torch.compile the model to remove per-operator dispatch, and move logging, "
+                "metrics and other per-step Python out of the step or run it every N steps.",
+                "Use larger batches and fewer tiny ops (foreach optimizers, no Python loops "
+                "over tensors)."]
+    return [("Capture the step with CUDA graphs or torch.compile(mode=\"reduce-overhead\") "
+             if ctx.device != "rocm" else "Capture the step with HIP graphs (torch.cuda.graphs) "
+             "or torch.compile(mode=\"reduce-overhead\") ") + "to remove per-kernel launch cost.",
+            "Use larger batches and fewer tiny ops (fused optimizers: foreach/fused=True; avoid "
+            "Python loops over tensors)."]
 
 
 _VERDICT = {
     "input_bound": _input,
-    "host_bound": lambda ctx: [
-        ("Capture the step with CUDA graphs or torch.compile(mode=\"reduce-overhead\") "
-         if ctx.device != "rocm" else "Capture the step with HIP graphs (torch.cuda.graphs) or "
-         "torch.compile(mode=\"reduce-overhead\") ") + "to remove per-kernel launch cost.",
-        "Use larger batches and fewer tiny ops (fused optimizers: foreach/fused=True; avoid "
-        "Python loops over tensors)."],
+    "host_bound": _host,
     "sync_bound": lambda ctx: [
         "Keep values on the device: log .item()/.cpu()/.tolist() every N steps, replace "
         "nonzero/boolean-mask indexing with torch.where.",

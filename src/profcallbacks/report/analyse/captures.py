@@ -1,36 +1,75 @@
 """Per-file and per-capture analysis: GPU breakdown, host side per step, metrics and verdict.
 
-``analyse_events`` runs over one parsed trace; ``capture_analysis`` pools the files of one capture
-(the ranks) into one set of per-step metrics and a verdict; ``run_verdict`` pools the healthy
+``analyse_trace`` reads one trace's model (``read/traces.py``: ``TraceModel``);
+``capture_analysis`` pools the files of one capture (the ranks) into one set of per-step metrics
+and a verdict; ``run_verdict`` pools the healthy
 captures of a run (every trigger but ``slowdown``).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
+from profcallbacks.report.analyse.diagnoses import run_rules
+from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
 from profcallbacks.report.analyse.verdict import decide
-from profcallbacks.report.read.events import scan
+from profcallbacks.report.model.capture import Capture
+from profcallbacks.report.read.events import Scan
+from profcallbacks.report.read.traces import TraceModel
+
+log = logging.getLogger(__name__)
 
 _METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
                 "comm_exposed_ms")
 
 
-def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
-                   steps: list[dict[str, Any]] | None = None, top: int = 3) -> dict[str, Any]:
-    """The analysis of one trace's events; ``cpu_ops`` and ``steps`` are ``TraceSummary``'s.
+def analyse_trace(model: TraceModel) -> dict[str, Any]:
+    """The analysis of one trace file: ``analyse_scan``'s dict with the trace's ``diagnoses`` and
+    ``throughput`` (``capture_expert``); a part that fails is a named problem, the rest stands."""
+    summary = model.summary
+    analysis: dict[str, Any]
+    try:
+        if model.scan is None:
+            raise _Failed(model.failure)
+        analysis = analyse_scan(model.scan, summary.cpu_ops, summary.steps)
+    except Exception as exc:  # the verdict is lost, the rest of the file is still reported
+        why = str(exc) if isinstance(exc, _Failed) else f"{type(exc).__name__}: {exc}"
+        analysis = {"problems": [f"no GPU breakdown or verdict ({why})"]}
+    analysis.update(capture_expert(model.capture))
+    return analysis
+
+
+class _Failed(Exception):
+    """The read stage could not scan the trace (its message says why)."""
+
+
+def capture_expert(capture: Capture | None) -> dict[str, Any]:
+    """``{"diagnoses": [...], "throughput": {...}}`` of one capture model (best first)."""
+    if capture is None:
+        return {"diagnoses": [], "throughput": None}
+    try:
+        return {"diagnoses": [d.to_dict() for d in run_rules(capture)],
+                "throughput": throughput(capture)}
+    except Exception as exc:  # the rest of the report stands without them
+        log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
+        return {"diagnoses": [], "throughput": None}
+
+
+def analyse_scan(found: Scan, cpu_ops: dict[str, list[float]],
+                 steps: list[dict[str, Any]] | None = None, top: int = 3) -> dict[str, Any]:
+    """The analysis of one trace's scan; ``cpu_ops`` and ``steps`` are ``TraceSummary``'s.
 
     Returns a dict with ``gpu`` (full breakdown or ``None``), ``gpu_breakdown`` (the four report
     shares or ``None``), ``host`` (per-step host numbers), ``metrics`` and ``problems``.
     """
     problems: list[str] = []
-    found = scan(events)
     rows, launches = gpu_mod.gpu_rows(found, problems)
     gpu = gpu_mod.breakdown(rows, launches, top)
     host = host_side(found, steps, top)
@@ -51,7 +90,7 @@ def analyse_events(events: list[Any], cpu_ops: dict[str, list[float]],
 
 def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per-step metrics over several files or captures (step-weighted means)."""
-    metrics = [m for m in metrics if m.get("step_ms")]
+    metrics = [m for m in metrics if m.get("step_ms") or m.get("gpu")]  # GPU events only: its span
     if not metrics:
         return None
     steps = sum(max(m["steps"], 1) for m in metrics)
@@ -110,8 +149,8 @@ def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
     diagnoses = pool_diagnoses([(f"rank {f.get('rank', '-')}", f.get("diagnoses") or [])
                                 for f in files])
     return {"metrics": metrics,
-            "verdict": decide(metrics, sync_sites, context=context, previous=previous)
-            if metrics else None,
+            "verdict": decide(metrics, sync_sites, context=context, previous=previous,
+                              diagnoses=diagnoses) if metrics else None,
             "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
 
 
@@ -126,7 +165,9 @@ def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,
     metrics = pool([c["metrics"] for c in chosen])
     kinds = [c["verdict"]["kind"] for c in chosen if c.get("verdict")]
     usual = max(kinds, key=kinds.count) if kinds else None
-    return decide(metrics, sync_sites, context=context, previous=usual) if metrics else None
+    diagnoses = pool_diagnoses([(str(c.get("directory")), c.get("diagnoses") or []) for c in chosen])
+    return (decide(metrics, sync_sites, context=context, previous=usual, diagnoses=diagnoses)
+            if metrics else None)
 
 
 def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
@@ -135,7 +176,8 @@ def rank_verdicts(files: list[dict[str, Any]], sync_sites: list[str], *,
     out = []
     for f in files:
         metrics = pool([f["metrics"]])
-        verdict = decide(metrics, sync_sites, context=context) if metrics else None
+        verdict = (decide(metrics, sync_sites, context=context, diagnoses=f.get("diagnoses") or [])
+                   if metrics else None)
         if verdict is not None:
             out.append({"rank": f.get("rank"), "kind": verdict["kind"], "share": verdict["share"],
                         "close_to": verdict["close_to"]})

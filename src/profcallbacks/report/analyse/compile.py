@@ -9,12 +9,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profcallbacks.core.trace_names import COMPILED_PREFIXES
 from profcallbacks.findings import COMPILE_FALLBACK, GRAPH_BREAK, RECOMPILE
 from profcallbacks.report.read.files import as_int
 
-COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
-                     "TorchDynamo Cache Lookup")
-"""Names of the trace ranges torch.compile's code runs in (forward, backward, inductor's graph)."""
+__all__ = ["COMPILED_PREFIXES", "COMPILE_KINDS", "compile_diagnoses", "compile_report", "compile_text"]
 COMPILE_KINDS = (RECOMPILE, COMPILE_FALLBACK, GRAPH_BREAK)
 
 RECOMPILE_ADVICE = ("Give the compiled function inputs whose shapes it has seen: mark the "

@@ -19,7 +19,14 @@ Thresholds and why:
   the waste is named as ``secondary`` (a 15% data wait beside 80% CPU operators is a CPU-bound
   run that also waits for data, not an input-bound one).
 - ``HOST_IDLE_SHARE`` = 0.30 for ``host_bound``: the GPU idles for that share of its span, minus
-  the part the host spent blocked in syncs (then the GPU is not waiting for the host). Ordinary
+  the part the host spent blocked in syncs (then the GPU is not waiting for the host).
+  On a CPU run ``host_bound`` is the training thread's own code between operators (Python,
+  framework overhead: the step less data wait, operators and collectives) from ``COMPUTE_SHARE``
+  on: one part over half the step is never ``balanced``.
+- ``sync_bound`` with the trace's diagnoses at hand (``diagnoses``): the GPU idle the blocking
+  calls cause (``sync_in_step``'s what-if), not the time the host is blocked: a host waiting on a
+  95%-busy GPU loses nothing, the work had to finish anyway. The verdict then reads the same
+  number as the diagnosis's gain. Ordinary
   GPU training idles 5-20% between steps and around optimizer/logging calls; above 30% the
   launch side is the bottleneck and CUDA graphs / larger batches pay more than faster kernels.
 - ``COMPUTE_SHARE`` = 0.50 for ``gpu_compute_bound`` (compute kernels / GPU span) and
@@ -59,7 +66,8 @@ def _pct(x: float) -> str:
 
 
 def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
-           context: RunContext | None = None, previous: str | None = None) -> dict[str, Any] | None:
+           context: RunContext | None = None, previous: str | None = None,
+           diagnoses: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The verdict of one capture's metrics (see ``metrics`` in report/analyse/captures.py).
 
     Args:
@@ -70,6 +78,8 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         context: What the run is, for advice that fits it (report/analyse/advice.py); by default only
             whether it has GPU activity is known.
         previous: The kind of the run's previous capture: a close call keeps it (see ``MARGIN``).
+        diagnoses: The capture's diagnoses (report/expert.py): ``sync_bound`` is then the GPU
+            idle the syncs cause (``sync_in_step``'s gain), not the host's blocked time.
 
     Returns:
         ``{"kind", "share", "share_of", "evidence", "advice", "close_to", "held", "secondary"}``
@@ -84,10 +94,18 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         ('input_bound', 0.6, 'data wait 6.00 ms of a step 10.00 ms (60%)')
     """
     step = m.get("step_ms") or 0.0
+    gpu: dict[str, Any] | None = m.get("gpu")
+    if gpu is not None and not gpu.get("kernels"):  # annotations or copies, no kernel ran
+        gpu = None
+        m = dict(m, gpu=None)
+    kernels_only = step <= 0 and gpu is not None and (gpu.get("span_ms") or 0.0) > 0
+    if kernels_only and gpu is not None:  # GPU events only: the GPU's span is the one step
+        step = float(gpu["span_ms"])
+        m = dict(m, step_ms=step)
     if step <= 0:
         return None
-    gpu = m.get("gpu")
-    waste = _waste(m, step, sync_sites)
+    waste = _waste(m, step, sync_sites, _gain_of(diagnoses, "sync_in_step"),
+                   _gain_of(diagnoses, "input_pipeline"))
     compute = _compute(m, step)
     compute_passes = compute is not None and compute[1] >= COMPUTE_SHARE
     # (kind, share, threshold it had to pass to beat the alternative, the alternative)
@@ -131,9 +149,19 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     if secondary:
         evidence = evidence + ["also: " + ", ".join(f"{k} {v:.0%}" for k, v in secondary)]
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
-    share_of = "step" if kind == "communication_bound" and not gpu else SHARE_OF[kind]
+    advice = verdict_advice(kind, ctx)
+    if kernels_only:
+        evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
+                    f"{step:.1f} ms span is read as one step; host and data wait are unknown",
+                    *evidence]
+    if ctx.gpu_unrecorded and not gpu:
+        evidence = ["no GPU activity was recorded, yet this is a GPU job (CUDA/HIP runtime calls "
+                    "or a GPU in deviceProperties): this verdict reads the host only", *evidence]
+        advice = ["Record the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                  "ProfilerActivity.CUDA]) (profcallbacks records both by default).", *advice]
+    share_of = "step" if kind in ("communication_bound", "host_bound") and not gpu else SHARE_OF[kind]
     return {"kind": kind, "share": round(share, 4), "share_of": share_of, "evidence": evidence,
-            "advice": verdict_advice(kind, ctx), "close_to": close_to, "held": held,
+            "advice": advice, "close_to": close_to, "held": held,
             "secondary": secondary}
 
 
@@ -143,9 +171,21 @@ def label(verdict: dict[str, Any]) -> str:
     return f"{verdict['kind']} / {close} (close)" if close else str(verdict["kind"])
 
 
-def _waste(m: dict[str, Any], step: float,
-           sync_sites: list[str] | None) -> dict[str, tuple[float, list[str], float]]:
-    """Each waste kind's share, evidence and threshold."""
+def _gain_of(diagnoses: list[dict[str, Any]] | None, kind: str) -> float | None:
+    """The gain (ms per step) of the diagnosis ``kind``: on a GPU trace, for ``sync_in_step`` and
+    ``input_pipeline``, the GPU idle the host's waits cause; 0 without one, None without
+    diagnoses (the host's own times are used)."""
+    if diagnoses is None:
+        return None
+    found = next((d for d in diagnoses if d.get("kind") == kind), None)
+    return float(found["gain_ms"]) if found else 0.0
+
+
+def _waste(m: dict[str, Any], step: float, sync_sites: list[str] | None,
+           sync_idle_ms: float | None = None,
+           data_idle_ms: float | None = None) -> dict[str, tuple[float, list[str], float]]:
+    """Each waste kind's share, evidence and threshold (``sync_idle_ms``, ``data_idle_ms``: the
+    GPU idle per step the syncs and the data wait cause, from the diagnoses)."""
     gpu = m.get("gpu")
     data = m.get("data_wait_ms", 0.0) / step
     step_line = f"step {step:.2f} ms"
@@ -159,13 +199,22 @@ def _waste(m: dict[str, Any], step: float,
             f"collectives (c10d/gloo/nccl calls) not overlapped with compute {exposed_ms:.2f} ms "
             f"of a {step_line} ({_pct(comm)}); all collective time {m.get('comm_call_ms', 0.0):.2f} "
             "ms"], WASTE_SHARE)
+        between = _between_ops(m, step)
+        out["host_bound"] = (between / step, [
+            f"framework/Python overhead between operators {between:.2f} ms of a {step_line} "
+            f"({_pct(between / step)}): the training thread's own code, not its operators "
+            f"({m.get('cpu_ops_ms', 0.0):.2f} ms) nor its data wait", "top CPU operators: "
+            + _items(m.get("top_cpu_ops", []), "self_ms")], COMPUTE_SHARE)
         return out
-    sync = m.get("sync_ms", 0.0) / step
+    blocked = m.get("sync_ms", 0.0) / step
+    sync = blocked if sync_idle_ms is None else min(sync_idle_ms / step, blocked)
     copy = sum(v["ms"] for k, v in gpu["memcpy"].items() if "DtoD" not in k) / gpu["span_ms"]
     idle = gpu["idle_share"]
     gpu_line = (f"GPU idle {_pct(idle)}, compute {_pct(gpu['compute_share'])}, non-compute "
                 f"{_pct(gpu['non_compute_share'])} of its {gpu['span_ms']:.1f} ms span")
-    ev = [f"host blocked in syncs {m.get('sync_ms', 0.0):.2f} ms of a {step_line} ({_pct(sync)})",
+    ev = [f"host blocked in syncs {m.get('sync_ms', 0.0):.2f} ms of a {step_line} ({_pct(blocked)})"
+          + ("" if sync_idle_ms is None else f"; the GPU idles {step * sync:.2f} ms for them "
+             f"({_pct(sync)}), the rest it was still working"),
           "top sync calls: " + _items(m.get("top_syncs", []), "ms")]
     if sync_sites:
         ev.append("in your code: " + ", ".join(sync_sites[:3]))
@@ -186,8 +235,20 @@ def _waste(m: dict[str, Any], step: float,
     if gpu.get("short_kernel_share") is not None:
         ev.append(f"{gpu['kernels']} kernels, {_pct(gpu['short_kernel_share'])} shorter than 10 us")
     ev.append("top CPU operators: " + _items(m.get("top_cpu_ops", []), "self_ms"))
-    out["host_bound"] = (idle - sync, ev, HOST_IDLE_SHARE)
+    # the GPU idle the host's waits cause is theirs, not a slow host's (per step -> span share)
+    waited_ms = sync * step + min(data_idle_ms or 0.0, m.get("data_wait_ms", 0.0))
+    waited = waited_ms * max(m.get("steps", 1), 1) / gpu["span_ms"] if gpu["span_ms"] else 0.0
+    if data_idle_ms:
+        ev.append(f"the data wait leaves the GPU idle {data_idle_ms:.2f} ms per step (counted as "
+                  "input, not host)")
+    out["host_bound"] = (max(idle - waited, 0.0), ev, HOST_IDLE_SHARE)
     return out
+
+
+def _between_ops(m: dict[str, Any], step: float) -> float:
+    """A CPU run's time between operators per step (ms): not data wait, operators or collectives."""
+    ops = max(m.get("cpu_ops_ms", 0.0) - m.get("comm_exposed_ms", 0.0), 0.0)
+    return max(step - m.get("data_wait_ms", 0.0) - ops - m.get("comm_exposed_ms", 0.0), 0.0)
 
 
 def _compute(m: dict[str, Any], step: float) -> tuple[str, float, list[str]] | None:
@@ -211,9 +272,11 @@ def _balanced(m: dict[str, Any], step: float, gpu: Any) -> tuple[str, float, lis
     data = m.get("data_wait_ms", 0.0) / step
     sync = m.get("sync_ms", 0.0) / step if gpu else 0.0
     ops = m.get("cpu_ops_ms", 0.0) / step
-    share = max(data, sync, gpu["compute_share"] if gpu else ops)
+    between = 0.0 if gpu else _between_ops(m, step) / step
+    share = max(data, sync, gpu["compute_share"] if gpu else max(ops, between))
     evidence = [f"step {step:.2f} ms: data wait {_pct(data)}, CPU operators {_pct(ops)}"
-                + (f", host syncs {_pct(sync)}" if gpu else "")]
+                + (f", host syncs {_pct(sync)}" if gpu else
+                   f", framework/Python between operators {_pct(between)}")]
     if gpu:
         evidence.append(f"GPU idle {_pct(gpu['idle_share'])}, compute {_pct(gpu['compute_share'])}")
     return "balanced", share, evidence

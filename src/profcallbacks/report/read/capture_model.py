@@ -24,7 +24,7 @@ from profcallbacks.core.trace_names import GPU_CATEGORIES as _GPU_CATS
 from profcallbacks.core.trace_names import HOST_ONLY_CATEGORIES as HOST_ONLY_CATS
 from profcallbacks.core.trace_names import RUNTIME_CATEGORIES as _RUNTIME_CATS
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
-from profcallbacks.report.analyse.diagnoses.model import Capture, Device, Kernel, Op
+from profcallbacks.report.model.capture import Capture, Device, Kernel, Op
 from profcallbacks.report.model.flops import COUNTED, shape_flops
 from profcallbacks.report.read.decode import MISSING, Args, shape_value
 

@@ -145,17 +145,8 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytearray:
                 bar.close()
     except ReadError:
         raise
-    except EOFError:
-        raise ReadError(path, "truncated gzip file (it ends before its compressed stream does; "
-                              "was the job killed while writing it?)") from None
-    except gzip.BadGzipFile as exc:
-        if str(exc).startswith("Not a gzipped file"):
-            raise ReadError(path, "not a gzip file, although its name ends in .gz") from None
-        raise ReadError(path, f"corrupt gzip data ({exc}): the file was damaged after it was "
-                              "written (a disk or copy error?)") from None
-    except zlib.error as exc:
-        raise ReadError(path, f"corrupt gzip data ({exc}): the file was damaged after it was "
-                              "written (a disk or copy error?)") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ReadError(path, gzip_problem(exc)) from None
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     if not out[:4096].strip() and not out.strip():  # strip() copies: only when the start is blank
@@ -176,6 +167,17 @@ def parse_json(path: Path, data: bytes | bytearray) -> Any:
         raise ReadError(path, invalid_json(exc)) from None
     except RecursionError:
         raise ReadError(path, "invalid JSON (nested too deeply)") from None
+
+
+def gzip_problem(exc: Exception) -> str:
+    """What gunzipping a file met: its end too early, no gzip at all, or damaged data."""
+    if isinstance(exc, EOFError):
+        return ("truncated gzip file (it ends before its compressed stream does; was the job "
+                "killed while writing it?)")
+    if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+        return "not a gzip file, although its name ends in .gz"
+    return (f"corrupt gzip data ({exc}): the file was damaged after it was written (a disk or "
+            "copy error?)")
 
 
 def invalid_json(exc: ValueError) -> str:

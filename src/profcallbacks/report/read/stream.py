@@ -15,6 +15,7 @@ beyond what the report reads: it says so and by how much, instead of running out
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -22,12 +23,19 @@ from typing import Any
 
 from profcallbacks.core.trace_names import (
     MARKED_PREFIXES,
+    OLD_CATEGORIES,
     PYTHON_FUNCTION,
     RUNTIME_CATEGORIES,
-    normal_category,
 )
+from profcallbacks.report.model.flops import COUNTED
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
-from profcallbacks.report.read.files import MAX_GZIP_RATIO, RATIO_FLOOR, ReadError, open_regular
+from profcallbacks.report.read.files import (
+    MAX_GZIP_RATIO,
+    RATIO_FLOOR,
+    ReadError,
+    gzip_problem,
+    open_regular,
+)
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
@@ -39,6 +47,10 @@ MAX_STREAM_BYTES = 64 << 30
 _CHUNK = 2 << 20
 """Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
 before those the report does not read are let go."""
+_RUNTIME_ANY_GENERATION = RUNTIME_CATEGORIES | {c for c, new in OLD_CATEGORIES.items()
+                                                if new in RUNTIME_CATEGORIES}
+_COUNTED = frozenset(COUNTED)
+_NO_SHAPES: Any = _RAW(b"null") if _RAW is not None else None
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEAD_LIMIT = 64 << 20
@@ -53,6 +65,7 @@ class _Kept:
         self.events: list[Any] = []
         self.dropped = 0
         self.frames = FrameTable()
+        self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
     def add(self, batch: list[Any]) -> None:
         intern = sys.intern
@@ -66,16 +79,18 @@ class _Kept:
                     if event.cat == PYTHON_FUNCTION and not name.startswith(MARKED_PREFIXES):
                         self.frames.add(event)
                         continue
-                    event.name = intern(name)
-                    if normal_category(event.cat) in RUNTIME_CATEGORIES:
+                    event.name = name = intern(name)
+                    if event.cat in _RUNTIME_ANY_GENERATION:
                         self.frames.call(event)
                 cat = event.cat
                 if type(cat) is str:
                     event.cat = intern(cat)
                 args = event.args
                 if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
-                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()  # keep
-                    # the whole piece alive: copied, the piece is freed
+                    if name in _COUNTED:  # keep the whole piece alive: copied, the piece is freed
+                        args.dims, args.concrete = args.dims.copy(), args.concrete.copy()
+                    else:  # shapes are read only to count an operator's FLOPs
+                        args.dims = args.concrete = _NO_SHAPES
             events.append(event)
         if len(events) > self.max_events:
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
@@ -94,37 +109,44 @@ def stream_trace(path: Path, *, max_events: int | None = None,
     import gzip
     import zlib
 
-    fd, _ = open_regular(path)
+    fd, size = open_regular(path)
+    gz = path.suffix == ".gz"
+    if size == 0:
+        os.close(fd)
+        raise ReadError(path, "empty file")
+    if gz:  # a gzip bomb stops here, as in read_bytes
+        max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
     kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
     read = 0
     try:
         with open(fd, "rb") as raw:
-            stream: Any = gzip.GzipFile(fileobj=raw) if path.suffix == ".gz" else raw
+            stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
             buf = bytearray()
             match = None
             while match is None:
                 chunk = stream.read(_CHUNK)
                 read += len(chunk)
+                if not chunk and not buf.strip():
+                    raise ReadError(path, "empty file" + (" (after gunzip)" if gz else ""))
                 if not chunk or len(buf) > _HEAD_LIMIT:
                     raise ReadError(path, "not a Chrome trace (no traceEvents array)")
                 buf += chunk
                 match = _ARRAY_KEY.search(buf)
             head = bytes(buf[:match.start()])
             del buf[:match.end()]
+            kept.offset = match.end()
             _take_pieces(buf, kept)
             while chunk := stream.read(_CHUNK):
                 read += len(chunk)
                 if read > max_bytes:
-                    raise ReadError(path, f"more than {max_bytes >> 30} GiB once gunzipped; not read")
-                if stream is not raw and read > RATIO_FLOOR and read > raw.tell() * MAX_GZIP_RATIO:
-                    raise ReadError(path, f"more than {MAX_GZIP_RATIO}x its size on disk once "
-                                          "gunzipped (a gzip bomb?); not read")
+                    raise ReadError(path, f"more than {max_bytes >> 20} MiB" + (
+                        f" once gunzipped ({size} bytes on disk: a gzip bomb?)" if gz else "")
+                        + "; not read")
                 buf += chunk
                 _take_pieces(buf, kept)
             blocks = _finish(buf, head, kept, path)
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        raise ReadError(path, "truncated or corrupt gzip file (was the job killed while writing "
-                              "it?)") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ReadError(path, gzip_problem(exc)) from None
     except OSError as exc:
         raise ReadError(path, exc.strerror or str(exc)) from None
     return Trace(traceEvents=kept.events, profcallbacks=blocks.get("profcallbacks"),
@@ -140,6 +162,7 @@ def _take_pieces(buf: bytearray, kept: _Kept) -> None:
         batch = decode_events(bytes(buf[:cut.start() + 1]))
         if batch is not None:
             kept.add(batch)
+            kept.offset += cut.end() - 1
             del buf[:cut.end() - 1]  # the next event's "{" stays
             return
 
@@ -147,6 +170,7 @@ def _take_pieces(buf: bytearray, kept: _Kept) -> None:
 def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, Any]:
     """Decode the last events and the blocks after the array; returns the top-level blocks."""
     end = len(buf)
+    first: tuple[int, json.JSONDecodeError] | None = None  # the blocks after the last "]"
     for _ in range(_TAIL_TRIES):
         end = buf.rfind(b"]", 0, end)
         if end < 0:
@@ -154,6 +178,9 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
         tail = bytes(buf[end + 1:])
         try:
             blocks = json.loads(head + b'"traceEvents":[]' + tail)
+        except json.JSONDecodeError as exc:
+            first = first or (end, exc)
+            continue
         except ValueError:
             continue
         body = bytes(buf[:end]).strip()
@@ -162,8 +189,25 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
             kept.add(batch)
             kept.events += kept.frames.around_calls()
             return blocks
+    if first is not None and decode_events(bytes(buf[:first[0]]).strip() or b"0") is not None:
+        at = first[1].pos - len(head) - len(b'"traceEvents":[]')  # in what follows the array
+        if at >= 0:
+            return _invalid(path, kept.offset + first[0] + 1 + at, first[1].msg)
+    try:  # the array's unread part as JSON: where it stops being JSON, if it does
+        json.loads(b"[" + bytes(buf))
+    except json.JSONDecodeError as exc:
+        if exc.pos <= len(buf):
+            return _invalid(path, kept.offset + exc.pos - 1, exc.msg)
+        return _invalid(path, kept.offset + len(buf), "the file ends inside its traceEvents "
+                                                      "array (truncated?)")
+    except (ValueError, RecursionError):
+        pass
     raise ReadError(path, "not a complete Chrome trace (its traceEvents array never ends; "
                           "truncated?)")
+
+
+def _invalid(path: Path, at: int, why: str) -> Any:
+    raise ReadError(path, f"invalid JSON at byte {at}: {why}")
 
 
 __all__ = ["MISSING", "stream_trace"]

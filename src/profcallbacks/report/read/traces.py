@@ -18,25 +18,27 @@ on the same thread, as in ``torch.profiler``'s ``key_averages()``.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profcallbacks.core.collector import gc_paused
-from profcallbacks.core.trace_names import CPU_OP, LOADER_PREFIXES, USER_ANNOTATION
+from profcallbacks.core.trace_names import COMPILED_PREFIXES, CPU_OP, LOADER_PREFIXES, USER_ANNOTATION
 from profcallbacks.core.trace_names import GPU_CATEGORIES as GPU_CATS
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
-from profcallbacks.report.analyse.captures import analyse_events
-from profcallbacks.report.analyse.compile import COMPILED_PREFIXES
-from profcallbacks.report.analyse.expert import trace_expert
+from profcallbacks.report.model.capture import Capture
 from profcallbacks.report.model.intervals import covered, merge, subtract
-from profcallbacks.report.read.decode import MISSING, Args, Event, Trace
+from profcallbacks.report.read.capture_model import build_capture
+from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, decode_trace, slim
+from profcallbacks.report.read.events import Scan, scan
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.generations import TraceFormat, normalise
 from profcallbacks.report.read.stream import stream_trace
 
+log = logging.getLogger(__name__)
 _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
@@ -64,28 +66,79 @@ class TraceSummary:
     format: TraceFormat = field(default_factory=TraceFormat)  # report/read/generations.py
 
 
-def summarise_file(path: Path) -> TraceSummary:
-    """Reads and summarises one trace file.
+@dataclass
+class TraceModel:
+    """One trace file read: what the analyses read of it, without its events.
+
+    Attributes:
+        summary: Steps, their breakdown and operator times (``TraceSummary``).
+        scan: The GPU rows, step, loader, optimizer, collective and blocking-call ranges the GPU
+            breakdown and host side read (``read/events.py``); ``None`` when the pass failed.
+        capture: The capture model the diagnoses and throughput read (``model/capture.py``);
+            ``None`` when it could not be built.
+        failure: Why ``scan`` or ``capture`` is missing (``TypeError: ...``), else ``None``.
+    """
+
+    summary: TraceSummary
+    scan: Scan | None
+    capture: Capture | None
+    failure: str | None = None
+
+
+def read_trace_file(path: Path) -> TraceModel:
+    """Reads one trace file (in pieces) into its ``TraceModel``; the events are let go.
 
     Raises:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
         trace = stream_trace(path)
-        try:
-            summary = summarise(trace, path)
-        except (ReadError, MemoryError):
-            raise
-        except Exception as exc:  # a malformed trace is a named problem, never a crash
-            raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
-        try:
-            summary.analysis = analyse_events(trace.traceEvents, summary.cpu_ops, summary.steps)
-        except Exception as exc:  # the verdict is lost, the rest of the file is still reported
-            summary.analysis = {"problems": [f"no GPU breakdown or verdict ({type(exc).__name__}: "
-                                             f"{exc})"]}
-        summary.analysis.update(trace_expert(trace.traceEvents, trace.deviceProperties))
+        model = trace_model(trace, path)
         del trace  # freed while the collector is paused: it has nothing to walk afterwards
-        return summary
+        return model
+
+
+def read_parsed_trace(trace: Any, path: Path) -> TraceModel:
+    """The ``TraceModel`` of a trace already parsed into dicts (the export helper's).
+
+    Raises:
+        ReadError: ``trace`` is not a Chrome trace, or is malformed beyond reading.
+    """
+    return trace_model(slim(trace, path), path)
+
+
+def read_trace_bytes(data: bytes | bytearray, path: Path) -> TraceModel:
+    """The ``TraceModel`` of ``data``, a trace's JSON (the export helper's, before it is written).
+
+    Raises:
+        ReadError: ``data`` is not a Chrome trace, or is malformed beyond reading.
+    """
+    return trace_model(decode_trace(data, path), path)
+
+
+def trace_model(trace: Trace, path: Path) -> TraceModel:
+    """The ``TraceModel`` of a decoded trace (rewritten into the torch 2.x vocabulary in place).
+
+    Raises:
+        ReadError: The trace is malformed beyond reading (named, never a crash).
+    """
+    try:
+        summary = summarise(trace, path)
+    except (ReadError, MemoryError):
+        raise
+    except Exception as exc:  # a malformed trace is a named problem, never a crash
+        raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
+    failure = None
+    try:
+        found: Scan | None = scan(trace.traceEvents)
+    except Exception as exc:  # the verdict is lost, the rest of the file is still reported
+        found, failure = None, f"{type(exc).__name__}: {exc}"
+    try:
+        capture: Capture | None = build_capture(trace.traceEvents, trace.deviceProperties)
+    except Exception as exc:  # the diagnoses are lost, the rest stands
+        log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
+        capture = None
+    return TraceModel(summary, found, capture, failure)
 
 
 def summarise(trace: Trace, path: Path) -> TraceSummary:

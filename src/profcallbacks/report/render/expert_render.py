@@ -13,7 +13,7 @@ TOP_TEXT = 5
 def _gain(d: dict[str, Any]) -> str:
     per = (d.get("details") or {}).get("per", "step")
     per = "in the traced span (no step markers)" if per == "capture" else "per step"
-    return f"up to {d['gain_ms']:.2f} ms {per} ({d['gain_share']:.0%})"
+    return f"~{d['gain_ms']:.2f} ms {per} ({d['gain_share']:.0%})"
 
 
 def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEXT,
@@ -25,7 +25,7 @@ def diagnosis_lines(diagnoses: list[dict[str, Any]] | None, limit: int = TOP_TEX
     """
     if not diagnoses:
         return []
-    out = ["Diagnoses (largest possible gain first)"]
+    out = ["Diagnoses (largest gain first: what each fix would save, its basis among the evidence)"]
     cold = next((d for d in diagnoses if d["kind"] == "cold_start"), None)
     if cold is not None:
         out.append("  ! this capture is not steady state: the verdict above includes its start-up; "
@@ -104,5 +104,5 @@ def diagnoses_html(diagnoses: list[dict[str, Any]] | None,
         f"<br><small>{e('; '.join(d['evidence']))}</small></td>"
         f"<td>{e(d.get('where') or '-')}</td><td>{e(' '.join(d['fix']))}</td></tr>"
         for d in diagnoses)
-    return ("<h2 id=diagnoses>Diagnoses</h2><table><tr><th>kind</th><th>gain per step (upper "
-            "bound)</th><th>what</th><th>where</th><th>fix</th></tr>" + rows + "</table>" + rates)
+    return ("<h2 id=diagnoses>Diagnoses</h2><table><tr><th>kind</th><th>gain per step (what "
+            "the fix saves)</th><th>what</th><th>where</th><th>fix</th></tr>" + rows + "</table>" + rates)

@@ -26,8 +26,8 @@ _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1000px;
 color:#222;padding:0 16px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:8px 0}
-td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}
+table{border-collapse:collapse;margin:8px 0;max-width:100%}
+td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;overflow-wrap:anywhere}
 td.num{text-align:right;font-variant-numeric:tabular-nums}code{font-size:13px}
 .meta{color:#666}.tick{font-size:11px;fill:#555}.axis{font-size:12px;fill:#333}
 .legend span{margin-right:16px;font-size:12px}.legend i{display:inline-block;width:12px;height:12px;

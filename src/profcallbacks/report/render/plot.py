@@ -124,13 +124,17 @@ def step_time_svg(report: dict[str, Any]) -> str:
         x = sx(f["step"])
         tip = escape(f"{f['kind']} at step {f['step']} (rank {f['rank']}): {f['message']}")
         first, last = f["details"].get("first_step"), f["details"].get("last_step")
-        if id(f) in still_open and isinstance(last, int):  # never cleared: to the run's last step
-            last = max(last, run_last)
         if isinstance(first, int) and isinstance(last, int) and last >= first:  # the episode
             a, b = sx(first), sx(last + 1)
             parts.append(f'<rect class="finding-span" data-kind="{escape(str(f["kind"]))}" '
                          f'x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" height="6" '
                          f'fill="{colour}" fill-opacity="0.7"><title>{tip}</title></rect>')
+            if id(f) in still_open and run_last > last:  # never cleared: a thin line on
+                parts.append(f'<line class="finding-open" data-kind="{escape(str(f["kind"]))}" '
+                             f'x1="{b:.1f}" x2="{sx(run_last + 1):.1f}" y1="{TOP + 9}" '
+                             f'y2="{TOP + 9}" stroke="{colour}" stroke-width="1" '
+                             f'stroke-dasharray="2 4"><title>not cleared by the end of the '
+                             f'run: {tip}</title></line>')
         parts.append(f'<line class="finding-marker" data-kind="{escape(str(f["kind"]))}" x1="{x:.1f}" '
                      f'x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="{colour}" stroke-width="2" '
                      f'stroke-dasharray="4 3"><title>{tip}</title></line>')

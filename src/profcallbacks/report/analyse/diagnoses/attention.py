@@ -46,15 +46,19 @@ def attention_math_fallback(cap: Capture) -> Diagnosis | None:
     if kernels and all(precision(k.name) == "fp32" for k in kernels if "gemm" in k.name.lower()):
         why.append("the inputs are float32 (flash attention needs fp16/bf16)")
     why.append("an attn_mask tensor, a head dim over 256 or not a multiple of 8, or "
-               "sdpa_kernel(SDPBackend.MATH) also rule out the fused kernels")
+               "sdpa_kernel(SDPBackend.MATH) also rule out the fused kernels" if cap.has_gpu else
+               "an attn_mask tensor, dropout or sdpa_kernel(SDPBackend.MATH) rule out the fused "
+               "CPU kernel")
     per_call = len(kernels) / len(found) if kernels else None
     evidence = [f"{len(found)} attention call(s) " + ("on SDPA's math backend" if math_ops else
                                                       "written as matmul-softmax-matmul")
                 + f", {ms(cost)}" + (f", {per_call:.0f} kernels each" if per_call else "")]
     what = ("scaled_dot_product_attention fell back to its math backend" if math_ops
             else "attention is written by hand (matmul, softmax, matmul), not fused")
-    fix = ["Run attention in bf16/fp16 (autocast) and pass is_causal=True instead of a causal "
-           "attn_mask, so the flash / memory-efficient kernels take it."]
+    fix = (["Run attention in bf16/fp16 (autocast) and pass is_causal=True instead of a causal "
+            "attn_mask, so the flash / memory-efficient kernels take it."] if cap.has_gpu else
+           ["Pass is_causal=True instead of a causal attn_mask (and no dropout in eval), so "
+            "SDPA takes its fused CPU kernel."])
     if not math_ops:
         fix.insert(0, "Call torch.nn.functional.scaled_dot_product_attention(q, k, v, ...) "
                       "instead of softmax(q @ k.transpose(-2, -1) * scale) @ v.")

@@ -91,9 +91,12 @@ def hidden_copies(cap: Capture) -> Diagnosis | None:
     fix.append("Find the out-of-place ops and .contiguous()/.clone() calls behind the copies "
                "(the 'where' below) and use in-place or view-preserving ops.")
     top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
-    return Diagnosis(kind="hidden_copies",
-                     what="device-side copies and layout conversions take a material share",
-                     evidence=["copies: " + ", ".join(f"{short(n, 50)} {ms(t)}" for n, t in top)],
+    what = ("device-side copies and layout conversions take a material share" if cap.has_gpu
+            else "tensor copies (copy_, contiguous, clone) take a material share of the step")
+    basis = f"~{gain:.2f} ms: the copies' own time per step, which in-place or view ops remove"
+    return Diagnosis(kind="hidden_copies", what=what, details={"basis": basis},
+                     evidence=["copies: " + ", ".join(f"{short(n, 50)} {ms(t)}" for n, t in top),
+                               basis],
                      where=_where(found) if cap.has_gpu else None, gain_ms=gain,
                      gain_share=share, fix=fix)
 

@@ -8,8 +8,12 @@ the last step; in a trace without step markers every ``cudaDeviceSynchronize``, 
 harness's timing syncs look the same) is not counted, nor are host-to-device copies from pageable
 memory (``pageable_copy``). Cost: the time covered by those calls. ``where``: the run's own sync
 findings' ``file:line``, else the innermost Python frame outside torch around the longest call
-(traces recorded ``with_stack=True``), else the operators around it. Negative case: a trace whose
-only long sync is the window-end flush (the V100 trace).
+(traces recorded ``with_stack=True``), else the operators around it. HIP's names count the same
+(``hipStreamSynchronize``, ``hipDeviceSynchronize``, ``hipMemcpy``, ``hipMemcpyWithStream``, which
+blocks, and ``hipMemcpyAsync`` to the host). Gain: not the time the host is blocked but the GPU idle
+those calls cause (``whatif.idle_caused``): a host waiting on a busy GPU loses nothing, the work had
+to finish anyway (the H100 Qwen trace: a 16 ms ``cudaDeviceSynchronize`` with the GPU 95% busy).
+Negative case: a trace whose only long sync is the window-end flush (the V100 trace).
 
 ``launch_bound``. Trigger (GPU traces, steady part only, the cold part left out): at least
 ``MIN_KERNELS`` kernels, at least half of them shorter than 10 us, the GPU idle for at least 30% of
@@ -25,6 +29,7 @@ back.
 from __future__ import annotations
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms, op_path
+from profcallbacks.report.analyse.diagnoses.whatif import busy_of, idle_caused
 from profcallbacks.report.model.intervals import merge, subtract
 from profcallbacks.report.read.capture_model import enclosing_frame
 from profcallbacks.report.read.generations import LOADER_PREFIXES
@@ -33,14 +38,19 @@ MIN_KERNELS = 100
 SHORT_US = 10.0
 IDLE_SHARE = 0.30
 _SKIP_FRAMES = ("site-packages", "dist-packages", "/torch/", "<built-in", "lib/python", "threading.py")
+BLOCKING_COPIES = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D", "hipMemcpyWithStream")
+"""Copy calls that return only when the copy is done, whatever its direction."""
+ASYNC_COPIES = ("cudaMemcpyAsync", "hipMemcpyAsync")
+"""Copy calls that block only when the copy goes to (pageable) host memory."""
+DEVICE_SYNCS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 
 
 def _blocking(cap: Capture) -> list[Op]:
     copies = {k.launch_ts for k in cap.kernels if k.cat == "gpu_memcpy" and "DtoH" in k.name}
-    out = [c for c in cap.runtime if "Synchronize" in c.name or c.name in ("cudaMemcpy", "cudaMemcpy2D")
-           or (c.name == "cudaMemcpyAsync" and c.ts in copies)]
+    out = [c for c in cap.runtime if "Synchronize" in c.name or c.name in BLOCKING_COPIES
+           or (c.name in ASYNC_COPIES and c.ts in copies)]
     if cap.whole_span:  # no step markers: a harness's or the profiler's syncs cannot be told apart
-        out = [c for c in out if c.name != "cudaDeviceSynchronize"]
+        out = [c for c in out if c.name not in DEVICE_SYNCS]
     return [c for c in out if cap.in_steps(c.ts)]
 
 
@@ -51,8 +61,15 @@ def sync_in_step(cap: Capture) -> Diagnosis | None:
     syncs = _blocking(cap)
     if not syncs:
         return None
-    cost = sum(e - s for s, e in merge((c.ts, c.end) for c in syncs))
+    blocked = sum(e - s for s, e in merge((c.ts, c.end) for c in syncs))
+    busy = busy_of(cap)
+    cost = min(idle_caused(cap, [(c.ts, c.end) for c in syncs], busy), blocked)
     gain, share = cap.per_step(cost)
+    blocked_ms = blocked / 1e3 / cap.n_steps
+    busy_share = 1 - cost / blocked if blocked > 0 else 0.0
+    basis = (f"~{gain:.2f} ms: the GPU idle the {len(syncs) / cap.n_steps:.0f} blocking call(s) "
+             f"per step cause; the host waits {blocked_ms:.2f} ms in them, "
+             f"{busy_share:.0%} of it while the GPU still had work (not lost)")
     by_name: dict[str, list[float]] = {}
     for c in syncs:
         acc = by_name.setdefault(c.name, [0, 0.0])
@@ -65,9 +82,11 @@ def sync_in_step(cap: Capture) -> Diagnosis | None:
         where = op_path(longest.parents)
     evidence = ["blocking calls in the steps: " + ", ".join(
         f"{n} x{int(c)} {ms(t)}" for n, (c, t) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:3]),
-        "the profiler's own window-end flush is not counted"]
+        "the profiler's own window-end flush is not counted", basis]
     return Diagnosis(kind="sync_in_step", what="the host blocks on the GPU inside the step",
                      evidence=evidence, where=where, gain_ms=gain, gain_share=share,
+                     details={"basis": basis, "blocked_ms": round(blocked_ms, 4),
+                              "idle_ms": round(gain, 4)},
                      fix=["Keep values on the device inside the step: log .item()/.cpu()/.tolist() "
                           "every N steps, copy device-to-host into pinned memory with "
                           "non_blocking=True, replace nonzero/boolean-mask indexing with "
@@ -106,12 +125,14 @@ def launch_bound(cap: Capture) -> Diagnosis | None:
         return None
     gain, share = cap.per_step(min(late, idle))
     per_step = len(kernels) / cap.n_steps
+    basis = (f"~{gain:.2f} ms: the GPU idle per step behind launches that came after the "
+             "previous kernel had ended")
     return Diagnosis(kind="launch_bound",
                      what="the GPU waits on the host launching many short kernels",
                      evidence=[f"{per_step:.0f} kernels per step, {short_share:.0%} shorter than "
                                f"{SHORT_US:.0f} us", f"GPU idle {idle / span:.0%} of the steps; "
                                f"{ms(late)} of it waits for a late launch"],
-                     where=None, gain_ms=gain, gain_share=share,
+                     where=None, gain_ms=gain, gain_share=share, details={"basis": basis},
                      fix=["Capture the step with CUDA graphs: torch.compile(model, "
                           "mode='reduce-overhead') or torch.cuda.graphs.",
                           "Fuse small ops (torch.compile), use a fused/foreach optimizer, and "

@@ -1,4 +1,4 @@
-"""What a diagnosis is, and what every rule reads: one capture's events, sorted for lookups.
+"""What a diagnosis is, and what every rule reads (the capture model, ``model/capture.py``).
 
 A *diagnosis* is one specific, fixable pattern in a capture, with what it costs: ``gain_ms`` is the
 time the pattern takes in the trace per step, an upper bound on what fixing it can save (never
@@ -8,14 +8,13 @@ left out). Rules live in the sibling modules; ``registry`` runs them in a fixed 
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from profcallbacks.core.trace_names import KERNEL
-from profcallbacks.report.model.intervals import merge
+from profcallbacks.report.model.capture import Capture, Device, Kernel, Op, Span
 
-Span = tuple[float, float]
+__all__ = ["MIN_GAIN_SHARE", "MIN_GPU_SHARE", "Capture", "Device", "Diagnosis", "Kernel", "Op",
+           "Span", "ms", "op_path", "short"]
 MIN_GAIN_SHARE = 0.03
 """Diagnoses costing less than 3% of the step are left out: steps of one run wander by more."""
 MIN_GPU_SHARE = 0.10
@@ -40,110 +39,6 @@ class Diagnosis:
                 "where": self.where, "gain_ms": round(self.gain_ms, 4),
                 "gain_share": round(self.gain_share, 4), "fix": list(self.fix),
                 "details": dict(self.details)}
-
-
-@dataclass(frozen=True)
-class Device:
-    """The GPU a trace ran on: ``name`` and compute capability, from ``deviceProperties``
-    (or guessed from kernel-name prefixes such as ``volta_``/``ampere_``: ``guessed``)."""
-
-    name: str | None
-    major: int
-    minor: int
-    guessed: bool = False
-    nvidia: bool = True  # False for AMD GPUs, whose deviceProperties give a gfx major (9 for MI250)
-
-    @property
-    def capability(self) -> str:
-        return f"sm{self.major}{self.minor}"
-
-
-@dataclass(slots=True)
-class Op:
-    """A CPU operator or annotation (us); ``parents``: the names of the ones enclosing it."""
-
-    ts: float
-    end: float
-    name: str
-    tid: Any
-    parents: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class Kernel:
-    """A GPU kernel, memcpy or memset (us) and the host call that launched it."""
-
-    ts: float
-    end: float
-    name: str
-    cat: str
-    launch_ts: float | None = None
-    ops: tuple[str, ...] = ()  # the CPU operators enclosing the launch, outermost first
-
-    @property
-    def dur(self) -> float:
-        return self.end - self.ts
-
-
-@dataclass
-class Capture:
-    """One trace as the rules see it (times in us).
-
-    ``steps`` are the ``ProfilerStep#N`` ranges (ours preferred, as in the report), or the whole
-    host span as one range numbered -1. ``cold`` is set by the cold-start rule (run first): the
-    intervals of one-off start-up work, left out of every later rule's step.
-    """
-
-    steps: list[tuple[float, float, int]]
-    ops: list[Op]
-    runtime: list[Op]
-    kernels: list[Kernel]
-    frames: dict[Any, list[Op]]
-    device: Device | None
-    flops: list[tuple[float, float]] = field(default_factory=list)  # ts, FLOPs of an operator
-    flops_source: str | None = None  # "with_flops" (the trace's own counts) or "shapes"
-    whole_span: bool = False
-    cpu_only: bool = False  # no accelerator activity of any kind (CUDA, ROCm, MTIA ...)
-    replayed: bool = False  # CUPTI range profiling replayed each kernel: host timings are its own
-    cold: list[Span] = field(default_factory=list)
-    sync_sites: list[str] = field(default_factory=list)
-    _starts: list[float] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self.steps.sort()
-        self._starts = [s for s, _, _ in self.steps]
-
-    @property
-    def n_steps(self) -> int:
-        return max(len(self.steps), 1)
-
-    @property
-    def has_gpu(self) -> bool:
-        return any(k.cat == KERNEL for k in self.kernels)
-
-    def span_ms(self) -> float:
-        """All steps together (ms)."""
-        return sum(e - s for s, e, _ in self.steps) / 1e3
-
-    def cold_ms(self) -> float:
-        return sum(e - s for s, e in merge(self.cold)) / 1e3
-
-    def step_ms(self) -> float:
-        """The steady-state step (ms): the captured steps' mean with the cold part left out."""
-        return max(self.span_ms() - self.cold_ms(), 0.0) / self.n_steps
-
-    def in_steps(self, ts: float) -> bool:
-        """Whether ``ts`` falls inside a step and outside the cold part."""
-        i = bisect.bisect_right(self._starts, ts) - 1
-        if i < 0 or ts > self.steps[i][1]:
-            return False
-        return not any(s <= ts <= e for s, e in self.cold)
-
-    def per_step(self, total_us: float) -> tuple[float, float]:
-        """``(gain_ms, gain_share)`` of ``total_us`` spread over the captured steps."""
-        gain = total_us / 1e3 / self.n_steps
-        step = self.step_ms()
-        return gain, (min(gain / step, 1.0) if step > 0 else 0.0)
 
 
 def op_path(parents: tuple[str, ...]) -> str | None:

@@ -31,7 +31,8 @@ from functools import lru_cache
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Kernel, ms, short
 
-GEMM_LIKE = re.compile(r"gemm|conv|scudnn|fprop|dgrad|wgrad|xmma|cutlass|fft2d|_engine<|wgmma",
+GEMM_LIKE = re.compile(r"gemm|conv|scudnn|fprop|dgrad|wgrad|xmma|cutlass|fft2d|_engine<|wgmma|"
+                       r"^cijk_",
                        re.IGNORECASE)
 TENSOR_CORE = re.compile(r"tensorop|s1688|s16816|h1688|h16816|h884|s884|i8816|hmma|xmma|tf32|"
                          r"bf16|f16|half|wgmma|hgemm|_fp16|bfloat", re.IGNORECASE)
@@ -60,10 +61,28 @@ def gemm_class(kernel: Kernel) -> str | None:
                                                   "fft2d")) else "matmul"
 
 
+_AMD_TYPES = {"BBS": "bf16", "BSS": "bf16", "BB": "bf16", "HHS": "fp16", "HSS": "fp16",
+              "HH": "fp16", "SS": "fp32", "S": "fp32", "DD": "fp64"}
+"""rocBLAS/hipBLASLt ``Cijk_A.._B.._<types>_...`` kernels: input, output and compute types
+(``BBS``: bf16 in and out, fp32 compute; ``HHS``: fp16; ``SS``: fp32)."""
+_LOW_BITS = re.compile(r"mxfp4|fp4|e2m1|nvfp4")
+_FP8 = re.compile(r"fp8|f8f8|e4m3|e5m2|_f8_|f8_|fnuz")
+
+
 @lru_cache(maxsize=4096)
 def precision(name: str) -> str:
-    """``bf16``, ``fp16``, ``tf32`` or ``fp32`` of a GEMM/convolution kernel name."""
+    """``fp4``, ``fp8``, ``bf16``, ``fp16``, ``tf32`` or ``fp32`` of a GEMM/convolution kernel
+    name (NVIDIA's and AMD's names)."""
     lowered = name.lower()
+    if _LOW_BITS.search(lowered):
+        return "fp4"
+    if _FP8.search(lowered):
+        return "fp8"
+    if lowered.startswith("cijk_"):
+        parts = name.split("_")
+        kind = _AMD_TYPES.get(parts[3]) if len(parts) > 3 else None
+        if kind is not None:
+            return kind
     if "bf16" in lowered or "bfloat" in lowered:
         return "bf16"
     if re.search(r"h1688|h16816|h884|hgemm|f16|half|hmma", lowered):

@@ -10,28 +10,33 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from profcallbacks.report.analyse.diagnoses.allocator import allocator_churn
 from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
 from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
+from profcallbacks.report.analyse.diagnoses.dispatch import dispatch_bound
 from profcallbacks.report.analyse.diagnoses.host_waits import launch_bound, sync_in_step
 from profcallbacks.report.analyse.diagnoses.loader import input_pipeline
 from profcallbacks.report.analyse.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU_SHARE, Capture, Diagnosis
 from profcallbacks.report.analyse.diagnoses.optimizer import grad_accumulation_sync, unfused_optimizer
 from profcallbacks.report.analyse.diagnoses.precision import fp32_compute
 from profcallbacks.report.analyse.diagnoses.startup import cold_start
+from profcallbacks.report.analyse.diagnoses.whatif import bound_gains
 from profcallbacks.report.read.capture_model import build_capture
 
 log = logging.getLogger(__name__)
 Rule = Callable[[Capture], Diagnosis | None]
 RULES: tuple[Rule, ...] = (cold_start, fp32_compute, pageable_copy, sync_in_step, launch_bound,
-                           unfused_optimizer, attention_math_fallback, hidden_copies,
-                           input_pipeline, grad_accumulation_sync)
+                           dispatch_bound, allocator_churn, unfused_optimizer,
+                           attention_math_fallback, hidden_copies, input_pipeline,
+                           grad_accumulation_sync)
 KINDS = tuple(rule.__name__ for rule in RULES)
 """Every diagnosis kind, in the order the rules run."""
 
 
 def run_rules(cap: Capture) -> list[Diagnosis]:
     """Every diagnosis of ``cap`` worth at least ``MIN_GAIN_SHARE`` of its step (or
-    ``MIN_GPU_SHARE`` of its kernel time), largest gain first."""
+    ``MIN_GPU_SHARE`` of its kernel time), largest gain first, each gain bounded by what the
+    larger ones leave of the step (``whatif.bound_gains``)."""
     found: list[Diagnosis] = []
     for rule in RULES:
         try:
@@ -44,6 +49,7 @@ def run_rules(cap: Capture) -> list[Diagnosis]:
                                       diagnosis.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE):
             found.append(diagnosis)
     found.sort(key=lambda d: -d.gain_ms)
+    found = bound_gains(found, cap.step_ms())
     for d in found:
         d.details["per"] = "capture" if cap.whole_span else "step"
     return found

@@ -18,6 +18,9 @@ rule, and the steady state is given in ``details``.
 Not judged on a CUPTI range-profiling trace (``cuda_profiler_range`` events): each kernel was
 replayed to read its counters, so every launch took tens of milliseconds of the profiler's time.
 
+Allocation calls are left to ``allocator_churn`` when the steps make many of them (a cache that is
+off or thrashing, not one growing).
+
 Negative case: a capture scheduled past start-up (no such call; steps of even length).
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 
+from profcallbacks.report.analyse.diagnoses.allocator import ALLOC_CALLS, MIN_CALLS, allocator_calls
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, ms, op_path
 from profcallbacks.report.model.intervals import merge
 
@@ -44,8 +48,10 @@ def cold_start(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     if cap.replayed:
         return None
+    churn = allocator_calls(cap) >= MIN_CALLS  # allocations every step are not start-up
     long_calls = [c for c in cap.runtime if c.end - c.ts >= COLD_CALL_US
-                  and not any(w in c.name for w in _WAITS)]
+                  and not any(w in c.name for w in _WAITS)
+                  and not (churn and c.name in ALLOC_CALLS)]
     cold = merge((c.ts, c.end) for c in long_calls)
     calls_us = sum(e - s for s, e in cold)
     first_us = 0.0

@@ -1,0 +1,170 @@
+"""Calibration of the report's gains against fixes applied for real, on the CPU.
+
+For each scenario (``benchmarks/calibration_scenarios.py``) the loop with the pattern is profiled
+once through ``StepProfiler`` and read by the report, whose diagnosis of the scenario's kind gives
+the *predicted* gain per step (0 when it names nothing). Then the loop with the pattern and the loop
+with the fix run untraced, in alternating blocks (interleaved, so a machine that slows down for a
+while slows both); each variant's step time is its fastest block (the least disturbed on a shared
+machine, as ``timeit`` takes the minimum) and the *measured* gain their difference. A prediction
+meets the target when it is within 30% (or 1 ms) of the measured gain; a fix that measurably gains
+nothing (under 5% of the step) meets it when the predicted gain is under 5% of the step too.
+
+Usage:
+    python benchmarks/calibration.py                 # every scenario
+    python benchmarks/calibration.py --only foreach  # scenarios whose name holds "foreach"
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from calibration_scenarios import SCENARIOS, Loop, Scenario, busy_machine  # noqa: E402
+
+from profcallbacks import Schedule, StepProfiler  # noqa: E402
+from profcallbacks.report import build_report, locate_run  # noqa: E402
+
+TOLERANCE = 0.30
+FLOOR_MS = 1.0
+NOTHING_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Result:
+    """One scenario's row: per-step times in ms."""
+
+    name: str
+    kind: str | None
+    predicted_ms: float
+    basis: str
+    verdict: str
+    before_ms: float
+    after_ms: float
+    measured_ms: float
+
+    @property
+    def meets(self) -> bool:
+        """Within 30% (or 1 ms) of the measured gain; a fix that gains nothing predicted under
+        5% of the step."""
+        if self.measured_ms < NOTHING_SHARE * self.before_ms:
+            return self.predicted_ms < NOTHING_SHARE * self.before_ms
+        return abs(self.predicted_ms - self.measured_ms) <= max(TOLERANCE * self.measured_ms,
+                                                                FLOOR_MS)
+
+
+def _predict(scenario: Scenario, logdir: Path) -> tuple[float, str, str]:
+    """The report's gain for the scenario's kind, its basis, and the verdict."""
+    loop = scenario.make(False)
+    torch.set_num_threads(loop.threads)
+    prof = StepProfiler(logdir, schedule=Schedule(skip_first=5, warmup=1, active=5),
+                        tensorboard_scalars=False, watch_capture_file=False, sync_audit=False,
+                        stall=None, slowdown=None, memory=None, baseline_capture=False)
+    try:
+        with prof:
+            for _ in range(12):
+                loop.step(next(loop.batches))
+                prof.step()
+    finally:
+        loop.close()
+    report = build_report(locate_run(logdir))
+    found = {d["kind"]: d for d in report["diagnoses"]}
+    verdict = report["verdict"]["kind"] if report.get("verdict") else "-"
+    d = found.get(scenario.kind or "")
+    if d is None:
+        return 0.0, "not diagnosed", verdict
+    return float(d["gain_ms"]), str((d.get("details") or {}).get("basis") or d["what"]), verdict
+
+
+def _block(loop: Loop, steps: int) -> float:
+    torch.set_num_threads(loop.threads)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loop.step(next(loop.batches))
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def _measure(scenario: Scenario, rounds: int, steps: int) -> tuple[float, float, float]:
+    """Fastest block step time of the pattern and of the fix, and their difference."""
+    loops = (scenario.make(False), scenario.make(True))
+    try:
+        for loop in loops:  # warm-up: workers started, compiled, caches filled
+            _block(loop, max(steps // 2, 3))
+        before, after = [], []
+        for r in range(rounds):
+            order = loops if r % 2 == 0 else loops[::-1]
+            times = {id(loop): _block(loop, steps) for loop in order}
+            before.append(times[id(loops[0])])
+            after.append(times[id(loops[1])])
+        return min(before), min(after), min(before) - min(after)
+    finally:
+        for loop in loops:
+            loop.close()
+
+
+def run(scenario: Scenario, rounds: int = 7, steps: int = 20) -> Result:
+    """Predicts and measures one scenario."""
+    busy = busy_machine() if scenario.busy else contextlib.nullcontext()
+    threads = torch.get_num_threads()
+    try:
+        with busy, tempfile.TemporaryDirectory() as tmp:
+            predicted, basis, verdict = _predict(scenario, Path(tmp))
+            before, after, measured = _measure(scenario, rounds, steps)
+    finally:
+        torch.set_num_threads(threads)
+    return Result(scenario.name, scenario.kind, predicted, basis, verdict, before, after, measured)
+
+
+def table(results: list[Result]) -> str:
+    """The results as a Markdown table."""
+    rows = ["| scenario | kind | verdict | step before (ms) | after (ms) | measured gain (ms) | "
+            "predicted gain (ms) | meets target |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r.name} | {r.kind or '-'} | {r.verdict} | {r.before_ms:.2f} | "
+                    f"{r.after_ms:.2f} | {r.measured_ms:.2f} | {r.predicted_ms:.2f} | "
+                    f"{'yes' if r.meets else 'no'} |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    """Date and machine, for the table's heading."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
+            f"{cores} usable cores, load {load:.1f}, torch {torch.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run scenarios whose name holds this text")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    chosen = [s for s in SCENARIOS if args.only in s.name]
+    results = []
+    for scenario in chosen:
+        result = run(scenario, args.rounds, args.steps)
+        results.append(result)
+        print(f"{result.name}: predicted {result.predicted_ms:.2f} ms ({result.basis}), measured "
+              f"{result.measured_ms:.2f} ms of {result.before_ms:.2f}", flush=True)
+    print()
+    print(machine())
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

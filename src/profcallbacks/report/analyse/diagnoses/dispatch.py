@@ -1,0 +1,65 @@
+"""``dispatch_bound``: a CPU step made of many tiny operators, where dispatch, not arithmetic, is the time.
+
+Trigger (CPU-only traces, steady part): at least ``MIN_OPS`` top-level operators per step (those
+no other operator encloses), a median start-to-start time between them under ``TINY_US`` (each
+does next to no arithmetic: small tensors), and their dispatch (count x that median) at least
+``DISPATCH_SHARE`` of the step; no compiled region in the step (``Torch-Compiled Region``,
+``CompiledFunction``).
+
+Gain: what compiling the step removes (``whatif.per_op_us``): every top-level operator's host cost
+(the dispatcher and the Python between two operators) but one call of the compiled graph. The
+compiled code still does the arithmetic, which on such tensors is a small part of each operator.
+
+Negative case: a step of a few large matrix multiplications (each operator's time is its
+arithmetic; the median start-to-start is milliseconds).
+"""
+
+from __future__ import annotations
+
+from profcallbacks.core.trace_names import COMPILED_PREFIXES
+from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis
+from profcallbacks.report.analyse.diagnoses.whatif import per_op_us
+
+MIN_OPS = 100
+TINY_US = 40.0
+DISPATCH_SHARE = 0.05
+
+
+def dispatch_bound(cap: Capture) -> Diagnosis | None:
+    """See the module docstring."""
+    if not cap.cpu_only:
+        return None
+    top = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")
+           and not any(p.startswith("aten::") for p in o.parents)]
+    if any(o.name.startswith(COMPILED_PREFIXES) or any(p.startswith(COMPILED_PREFIXES) for p in o.parents)
+           for o in cap.ops if cap.in_steps(o.ts)):
+        return None
+    per_step = len(top) / cap.n_steps
+    if per_step < MIN_OPS:
+        return None
+    each = per_op_us(top)
+    step_us = cap.step_ms() * 1e3
+    if each >= TINY_US or step_us <= 0:
+        return None
+    calls = cap.n_steps  # one compiled call per step is left
+    saved = max(len(top) - calls, 0) * each
+    if saved / cap.n_steps < DISPATCH_SHARE * step_us:
+        return None
+    gain, share = cap.per_step(saved)
+    basis = (f"~{gain:.2f} ms: {per_step:.0f} operators per step x {each:.1f} us host cost each "
+             "(start to next start, median), all but one compiled call")
+    names: dict[str, int] = {}
+    for o in top:
+        names[o.name] = names.get(o.name, 0) + 1
+    common = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    return Diagnosis(kind="dispatch_bound",
+                     what="the step is many tiny operators: their dispatch, not their arithmetic, "
+                          "is the time",
+                     evidence=[f"{per_step:.0f} operators per step, a median {each:.1f} us apart; "
+                               "most common: " + ", ".join(f"{n} x{c // cap.n_steps}"
+                                                           for n, c in common), basis],
+                     where=None, gain_ms=gain, gain_share=share,
+                     fix=["torch.compile(model) (or the step's function): one compiled call "
+                          "instead of an operator dispatch for each small op; batch small "
+                          "tensors together where the model allows."],
+                     details={"basis": basis})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from memory_scenario import QUIET
+from helpers import QUIET
 from profcallbacks import MemoryConfig, StepProfiler
 from profcallbacks.core.triggers import MEMORY
 from profcallbacks.detect.memory_sites import MemorySiteSpy

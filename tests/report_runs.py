@@ -70,17 +70,29 @@ plain_run(Path({logdir!r}), steps=20, delay_s={delay}, nasty=False)
 """
 
 
-def two_rank_run(logdir: Path, *, slow_rank: int = 1) -> Path:
+def two_rank_run(logdir: Path, *, slow_rank: int = 1, first: int | None = None,
+                 outputs: list[str] | None = None) -> Path:
     """Two processes with RANK/WORLD_SIZE set (as torchrun sets them) writing one log directory;
-    ``slow_rank`` waits much longer for its data."""
+    ``slow_rank`` waits much longer for its data. With ``first``, that rank starts alone and the
+    other only once it has staged a capture (as when one rank imports or starts much later).
+    Each rank's output is appended to ``outputs``."""
     procs = []
-    for rank in (0, 1):
+    staging = logdir / ".profcallbacks-staging"
+    for rank in ((first, 1 - first) if first is not None else (0, 1)):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
         delay = 0.006 if rank == slow_rank else 0.0
         code = _RANK_SCRIPT.format(tests=str(Path(__file__).parent), logdir=str(logdir), delay=delay)
         procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 240
+        while first is not None and len(procs) == 1 and not any(
+                p.name.startswith(".raw-") for p in (staging.iterdir() if staging.exists() else ())):
+            assert time.monotonic() < deadline and procs[0].poll() is None, "nothing staged"
+            time.sleep(0.01)
     for proc in procs:
         out, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+        text = out.decode(errors="replace")
+        if outputs is not None:
+            outputs.append(text)
+        assert proc.returncode == 0, text[-3000:]
     return logdir

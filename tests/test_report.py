@@ -117,6 +117,25 @@ def test_two_ranks_merged_with_a_straggler(tmp_path: Path, capsys: pytest.Captur
     assert code == 0 and "Per rank" in out and "slowest rank: 1" in out and "straggler: rank 1" in out
 
 
+def test_a_rank_that_starts_late_never_publishes_or_removes_its_siblings_files(
+        tmp_path: Path) -> None:
+    # rank 0 starts only once rank 1 staged a capture: its start (it finishes what a killed run
+    # left in staging) must not take rank 1's files for leftovers, and each capture is
+    # published once, whole, with both ranks' files (merged: never a directory with one)
+    outputs: list[str] = []
+    logdir = two_rank_run(tmp_path / "ddp", slow_rank=1, first=1, outputs=outputs)
+    captures = sorted(p for p in logdir.iterdir() if p.name.startswith("step"))
+    assert [c.name for c in captures] == ["step000005-schedule", "step000018-manual"]
+    for capture in captures:
+        names = sorted(p.name for p in capture.iterdir())
+        assert [n.split("_")[0] for n in names if n.endswith(".pt.trace.json.gz")] \
+            == ["rank0", "rank1"], names
+        assert any(n.startswith("all-ranks.") for n in names), names  # merged: published whole
+    for text in outputs:
+        assert "earlier run" not in text and "ranks' traces" not in text, text[-2000:]
+    assert not (logdir / ".profcallbacks-staging").exists()
+
+
 def test_compare_two_runs(run: Path, fast_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "compare", str(run), str(fast_run))
     assert code == 0, err

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from profcallbacks.capture.claims import StagingClaim
 from profcallbacks.capture.published import AfterPublish
 from profcallbacks.capture.trace_writer import (
     CaptureHook,
@@ -82,6 +83,7 @@ class TraceExporter:
         self._findings: list[Finding] = []
         self.exported: list[Path] = []
         self.failures = 0
+        self._claim = StagingClaim(logdir)  # its raw traces are a live rank's
 
     @property
     def busy(self) -> bool:
@@ -119,7 +121,7 @@ class TraceExporter:
         returns its path and size in bytes, or ``None`` when it could not be saved (logged)."""
         raw: Path | None = None
         try:
-            raw = new_raw_trace_path(self._logdir, info)  # in a private directory: kineto
+            raw = new_raw_trace_path(self._logdir, info, self._claim)  # a private directory: kineto
             with _kineto_path(raw) as target:  # kineto saves by path; it stays with the profiler
                 profiler.export_chrome_trace(target)
             return raw, os.lstat(raw).st_size
@@ -159,8 +161,13 @@ class TraceExporter:
         if publish_timeout_s is not None:
             self._publish_timeout_s = publish_timeout_s
         channel, self._channel = self._channel, None
-        if channel is None:
-            return
+        try:
+            if channel is not None:
+                self._finish(channel, timeout_s)
+        finally:
+            self._claim.release()  # every raw trace is written, rescued or removed
+
+    def _finish(self, channel: _Channel, timeout_s: float) -> None:
         with self._lock:
             queued = sum(size for _, size, _ in self._jobs.values())
         limit = timeout_s + self._publish_timeout_s + queued / CLOSE_BYTES_PER_S

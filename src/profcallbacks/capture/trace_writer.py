@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.claims import CLAIM_PREFIX, RAW_TOKEN, StagingClaim, live_claims
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import postprocess
@@ -121,16 +122,21 @@ _STAGED_FILE = re.compile(r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.writing|\.r
 """Files a capture's stage may hold: trace files (``.ready`` once complete) and half-written ones."""
 
 
-def new_raw_trace_path(logdir: Path, info: CaptureInfo) -> Path:
+def new_raw_trace_path(logdir: Path, info: CaptureInfo, claim: StagingClaim | None = None) -> Path:
     """A fresh path for kineto's raw save of ``info``: in a private directory of an unpredictable
-    name under staging, since kineto writes by path (it would follow a planted link).
+    name under staging, since kineto writes by path (it would follow a planted link); with
+    ``claim``, one that names it (no other rank's recovery removes it).
 
     Raises:
         UnsafeEntryError: The staging directory is a link or another user's.
     """
     staging = logdir / STAGING_DIR
     ensure_dir(staging, own=True)
-    private = make_private_dir(staging, f"{RAW_DIR_PREFIX}{info.name}-{info.rank.worker}-")
+    prefix = RAW_DIR_PREFIX
+    if claim is not None:
+        claim.hold()
+        prefix = claim.raw_prefix
+    private = make_private_dir(staging, f"{prefix}{info.name}-{info.rank.worker}-")
     return private / RAW_FILE
 
 
@@ -188,6 +194,7 @@ class CaptureWriter:
         self._after_publish = after_publish
         self._left: list[Path] = []  # raw traces a failed write could not remove (read-only)
         self._half: list[tuple[str, str]] = []  # (stage, file) a failed write left half written
+        self._claim = StagingClaim(logdir)  # the stages it writes into are a live rank's
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -211,6 +218,7 @@ class CaptureWriter:
         for name in list(self._waiting):
             self._publish(name, force=True)
         self._remove_left()
+        self._claim.release()
         with contextlib.suppress(OSError):  # only when empty: another rank may still stage
             self._staging.rmdir()
 
@@ -246,6 +254,7 @@ class CaptureWriter:
             found = self._analyse(encoded, info)
             encoded = append_events(encoded, capture_track(info, base_ns, found))
         name = trace_file_name(info.rank.worker, info.first_step)
+        self._claim.add(info.name)  # before the stage exists: never a stage nobody claims
         with _stage_dir(self._logdir, info.name, create=True) as stage_fd:
             writing = fresh_name(f".{name}.") + ".writing"  # created exclusively, no link followed
             self._half.append((info.name, writing))  # until it is gone
@@ -313,6 +322,8 @@ class CaptureWriter:
 
     def _published(self, name: str, final: Path) -> None:
         self._waiting.discard(name)
+        with contextlib.suppress(OSError):
+            self._claim.drop(name)
         self.exported.append(final)
         written = self._written.pop(name, None)
         if written is not None:
@@ -322,6 +333,8 @@ class CaptureWriter:
     def _discard(self, raw: Path, info: CaptureInfo) -> None:
         self._left += remove_raws(raw, info)  # e.g. read-only: tried again at close
         self._waiting.discard(info.name)
+        with contextlib.suppress(OSError):
+            self._claim.drop(info.name)
 
 
 def rescue_raw(logdir: Path, info: CaptureInfo, raw: Path) -> Path | None:
@@ -456,9 +469,10 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
     Staged trace files that were complete (``.ready``) are published (never over an earlier
     capture); half-written ones (``.writing``, raw saves) are removed; a leftover
     ``.publishing`` lock is removed, also from a published capture directory. Only entries
-    modified before ``older_than`` (seconds since the epoch, the file server's clock) are
-    touched: they belong to no live run. Only entries provably ours are touched: directories and
-    regular files of this user, never through a link, with the names this module gives them.
+    modified before ``older_than`` (seconds since the epoch, the file server's clock) and not
+    covered by a live process's claim (``claims``: another rank of this run that started first)
+    are touched: they belong to no live run. Only entries provably ours are touched: directories
+    and regular files of this user, never through a link, with the names this module gives them.
     Never raises.
     """
     done: list[str] = []
@@ -472,8 +486,14 @@ def recover_staging(logdir: Path, *, older_than: float) -> list[str]:
         return done
     if not is_own(staging, kind="dir", inside=logdir):
         return done + [f"{staging} is not a directory of this user (a link?); left alone"]
+    live = live_claims(staging, started=older_than)
+    claimed = {stage for stages in live.values() for stage in stages}
     for name in _listdir(staging):
         stage = staging / name
+        raw_claim = RAW_TOKEN.match(name)
+        if name.startswith(CLAIM_PREFIX) or name in claimed or (
+                raw_claim is not None and raw_claim.group(1) in live):
+            continue  # a live process's (another rank's): it finishes them itself
         try:
             st = _lstat(stage)
             if st is None or st.st_mtime >= older_than:

@@ -38,7 +38,7 @@ class Scenario:
     kind: str | None
     fix: str
     make: Callable[[bool], Loop]
-    fast: bool = False  # cheap enough for the test suite
+    fast: bool = False  # cheap and steady enough for tests/test_calibration.py
     busy: bool = False  # run with a CPU burner beside it (a shared machine)
 
 
@@ -183,15 +183,14 @@ def busy_machine() -> Iterator[None]:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("many small params: foreach off -> on", "unfused_optimizer",
-             "Adam(foreach=True)", lambda f: _mlp(8, 80, f), fast=True),
+             "Adam(foreach=True)", lambda f: _mlp(8, 80, f)),
     Scenario("few large params: foreach off -> on", "unfused_optimizer",
-             "Adam(foreach=True)", lambda f: _mlp(1024, 3, f, batch=64)),
+             "Adam(foreach=True)", lambda f: _mlp(1024, 3, f, batch=64), fast=True),
     Scenario("heavy __getitem__: num_workers 0 -> 2", "input_pipeline",
              "DataLoader(num_workers=2)", _loader),
     Scenario("per-step .item() -> none", "sync_in_step", "log .item() every N steps", _item,
              fast=True),
-    Scenario("out-of-place copy -> in-place", "hidden_copies", "update in place", _copy,
-             fast=True),
+    Scenario("out-of-place copy -> in-place", "hidden_copies", "update in place", _copy),
     Scenario("tiny-op model: eager -> torch.compile", "dispatch_bound", "torch.compile(model)",
              _compiled),
     Scenario("2 threads on a busy 2-core machine -> 1", "oversubscribed",

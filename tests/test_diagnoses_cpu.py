@@ -84,6 +84,12 @@ def attention_step(how: str) -> Callable[[object], None]:
     def step(_: object) -> None:
         if how == "hand":
             torch.softmax(q @ k.transpose(-2, -1) / 32 ** 0.5, dim=-1) @ v
+        elif how == "hf_eager":  # transformers' eager attention: bmm, softmax, to, dropout, bmm
+            b, h, n, d = q.shape
+            qs, ks, vs = (t.reshape(b * h, n, d).to(torch.bfloat16) for t in (q, k, v))
+            w = torch.bmm(qs, ks.transpose(1, 2))
+            p = torch.softmax(w, dim=-1, dtype=torch.float32).to(qs.dtype)
+            torch.bmm(torch.nn.functional.dropout(p, p=0.1, training=True), vs)
         elif how == "math":
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -94,7 +100,7 @@ def attention_step(how: str) -> Callable[[object], None]:
     return step
 
 
-@pytest.mark.parametrize("how", ["math", "hand", "fused"])
+@pytest.mark.parametrize("how", ["math", "hand", "hf_eager", "fused"])
 def test_attention_math_fallback(tmp_path, how):
     profiled(tmp_path, attention_step(how), range(8))
     found = kinds(tmp_path)
@@ -103,7 +109,7 @@ def test_attention_math_fallback(tmp_path, how):
         return
     d = found["attention_math_fallback"]
     assert ("math backend" in d["what"]) == (how == "math")
-    assert any("scaled_dot_product_attention" in f for f in d["fix"]) == (how == "hand")
+    assert any("scaled_dot_product_attention" in f for f in d["fix"]) == (how != "math")
 
 
 class TinyOps(torch.nn.Module):

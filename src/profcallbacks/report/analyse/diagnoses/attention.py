@@ -8,7 +8,8 @@ Trigger (either):
   dimension up to 256 (a multiple of 8) and no arbitrary ``attn_mask``; memory-efficient attention
   takes fp32 but not every mask or dropout; an explicit ``sdpa_kernel(SDPBackend.MATH)`` forces it;
 - hand-written attention: ``matmul``/``bmm``, at most two scaling/masking/cast operators, a
-  ``softmax``, at most one dropout or cast, and a second ``matmul``/``bmm``, siblings under the
+  ``softmax``, at most a dropout and a cast (Hugging Face's eager attention: ``bmm -> softmax ->
+  dropout -> to -> bmm``, no SDPA operator), and a second ``matmul``/``bmm``, siblings under the
   same parent, outside ``scaled_dot_product_attention``; a chain that alternates softmax and
   matmul (``softmax(w) @ x`` repeated, a weighted sum: the sampled trace's ``fb::convex_sum``)
   is not attention.
@@ -101,7 +102,7 @@ def _hand_written(cap: Capture) -> list[Op]:
             if not o.name.startswith(_SOFTMAX):
                 continue
             first = _matmul_at(items, range(i - 1, max(i - 4, -1), -1))
-            second = _matmul_at(items, range(i + 1, min(i + 3, len(items))))
+            second = _matmul_at(items, range(i + 1, min(i + 4, len(items))))
             if first is None or second is None:
                 continue
             if any(p.name.startswith(_SOFTMAX) for p in items[max(first - 2, 0):first]):

@@ -100,8 +100,9 @@ def cold_start(cap: Capture) -> Diagnosis | None:
         evidence=[e for e in evidence if e], where=where, gain_ms=gain, gain_share=share,
         fix=["Schedule the capture past start-up: profcallbacks Schedule(skip_first=N) or "
              "torch.profiler.schedule(skip_first=N, wait=1, warmup=1, active=3) with N past "
-             "the first steps (lazy CUDA init, cuDNN autotune with cudnn.benchmark, "
-             "torch.compile, allocator growth all happen there).",
+             "the first steps (" + ("lazy CUDA init, cuDNN autotune with cudnn.benchmark, "
+                                    if not cap.cpu_only else "")
+             + "torch.compile, allocator growth all happen there).",
              "Run a few warm-up iterations before a benchmark's measured ones; numbers of this "
              "capture's steady part are given without the cold part."],
         details={"cold_ms": cold_us / 1e3, "steady_step_ms": steady_ms})

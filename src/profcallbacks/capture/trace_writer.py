@@ -45,6 +45,7 @@ from profcallbacks.findings import Finding
 from profcallbacks.layout import (
     CAPTURE_DIR,
     STAGING_DIR,
+    TRACE_FILE,
     numbered_capture_dir,
     parse_capture_dir,
     trace_file_name,
@@ -293,6 +294,8 @@ class CaptureWriter:
                 published = published_dir(self._logdir, name, file + _READY)
                 finish_late_files(published)
             self._published(name, published)
+            if force or (written is not None and written[1].partial):  # joined a partial one
+                self._say_partial(published)
             return
         if len(ready) < self._tracing_ranks and not force:
             return
@@ -304,9 +307,16 @@ class CaptureWriter:
             parsed = parse_capture_dir(final.name)
             self._after_publish(final, parsed[1] if parsed else "",
                                 [p[: -len(_READY)] for p in ready])
-        if force and len(ready) < self._tracing_ranks:
-            log.warning("profcallbacks: capture %s published with %d of %d ranks' traces.",
-                        name, len(ready), self._tracing_ranks)
+        if force:
+            self._say_partial(final)
+
+    def _say_partial(self, final: Path) -> None:
+        """Warn when the capture ``final`` holds fewer than every tracing rank's trace (those
+        of all ranks so far: a later rank's file that joins it says so again)."""
+        present = sorted(f for f in _listdir(final) if TRACE_FILE.match(f))
+        if len(present) < self._tracing_ranks:
+            log.warning("profcallbacks: capture %s published with %d of %d ranks' traces (%s).",
+                        final.name, len(present), self._tracing_ranks, ", ".join(present))
 
     def _analyse(self, encoded: bytes, info: CaptureInfo) -> list[Finding]:
         """The live analysis of a capture's trace (its JSON) before it is written: its verdict

@@ -1,0 +1,79 @@
+"""A rank SIGKILLed in the middle of a capture window of a real 4-rank gloo job (torchrun): the
+job ends (torchrun stops the ranks left waiting in their all-reduce), the capture is published
+with the surviving ranks' whole traces and says which, nothing published is half written, every
+rank's steps file stays readable, the run lock is released, and the report reads the run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import capture_dirs, trace_files
+from profcallbacks.cli import main
+from profcallbacks.layout import RUN_LOCK, STAGING_DIR
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).parent / "dist_scripts" / "rank_killed_dist.py"
+KILLED = 2
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    logdir = tmp_path_factory.mktemp("killed") / "logs"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--standalone",
+           str(SCRIPT), "--logdir", str(logdir), "--kill-rank", str(KILLED)]
+    for _ in range(2):  # a port taken between torchrun's pick and its bind is worth one retry
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if "address already in use" not in proc.stderr.lower():
+            break
+    assert proc.returncode != 0 and "Signal 9 (SIGKILL)" in proc.stderr, proc.stderr[-3000:]
+    return logdir, proc.stderr
+
+
+def test_the_capture_holds_the_surviving_ranks_whole_traces(killed_run: tuple[Path, str]) -> None:
+    logdir, stderr = killed_run
+    [capture] = capture_dirs(logdir)
+    assert capture.name == "step000005-schedule-partial"
+    files = trace_files(capture)
+    ranks = sorted(f.name.split("_")[0] for f in files)
+    assert ranks and f"rank{KILLED}" not in ranks  # (torchrun may stop a rank before its export)
+    for trace in files:  # whole: gunzips and parses
+        assert json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert not [p for p in capture.iterdir() if p.name.endswith((".writing", ".ready", ".tmp"))]
+    said = [line for line in stderr.splitlines() if "ranks' traces (" in line]
+    assert said and all("of 4 ranks' traces (rank" in line for line in said)
+    names = {f.name for f in files}
+    for line in said:  # each names the traces there when it was said, all of them in the end
+        listed = line.split("ranks' traces (", 1)[1].rstrip(").").split(", ")
+        assert set(listed) <= names and f"with {len(listed)} of 4" in line, (line, names)
+
+
+def test_no_rank_leaves_half_written_files_or_the_lock(killed_run: tuple[Path, str]) -> None:
+    logdir, _ = killed_run
+    assert not (logdir / "profcallbacks" / RUN_LOCK).exists()
+    staging = logdir / STAGING_DIR
+    left = sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+    # only the killed rank's own raw save can stay (nobody may remove it but the next start),
+    # beside the claims of ranks torchrun stopped (markers the next start reads, not data)
+    assert all(f"rank{KILLED}_" in name or name.startswith(".claim-") for name in left), left
+    assert not [p for p in logdir.rglob("*") if p.name.endswith((".writing", ".tmp"))]
+    for rank in range(4):
+        path = logdir / "profcallbacks" / f"rank{rank}.steps.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert rows and all(r["rank"] == rank for r in rows)
+
+
+def test_the_report_reads_the_run(killed_run: tuple[Path, str],
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    logdir, _ = killed_run
+    capsys.readouterr()
+    assert main(["report", str(logdir)]) == 0
+    out = capsys.readouterr().out
+    assert "ranks: 0, 1, 2, 3 (world size 4)" in out and "step000005-schedule-partial" in out

@@ -1,7 +1,7 @@
 """Writes capture windows to disk, each capture directory appearing whole.
 
 The training process keeps only what must happen there: kineto's raw save of a stopped profiler
-(:class:`~profcallbacks.capture.exporter.TraceExporter`, in ``capture/exporter.py``). Parsing, post-processing, gzip and publishing run
+(``TraceExporter``, in ``capture/exporter.py``). Parsing, post-processing, gzip and publishing run
 in :class:`CaptureWriter`, inside a helper process, where they cannot take the GIL from training;
 they are kept short (collector paused, orjson, fast gzip: ~0.5 s of CPU for a 60 MB trace
 instead of ~4.5 s) because the helper still shares the machine's cores and memory bandwidth.

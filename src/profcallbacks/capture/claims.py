@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.processes import pid_alive
 from profcallbacks.core.safefs import ensure_dir, fresh_name, open_dir, read_regular, write_new
 from profcallbacks.layout import STAGING_DIR
 
@@ -141,10 +142,4 @@ def _alive(claim: Any, mtime: float, started: float) -> bool:
     pid = claim.get("pid")
     if claim.get("host") != socket.gethostname() or not isinstance(pid, int):
         return mtime > started - CLAIM_STALE_S
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. EPERM: the process exists
-        return True
-    return True
+    return pid_alive(pid)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from profcallbacks.core.processes import pid_alive
 from profcallbacks.core.safefs import create_exclusive, write_new
 from profcallbacks.layout import run_lock_file, run_specific_file
 
@@ -213,15 +214,7 @@ def _stale(holder: dict[str, Any], age_s: float) -> bool:
     pid = holder.get("pid")
     if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
         return age_s > STALE_S
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # e.g. EPERM: the process exists
-        return False
-    return False
+    return pid != os.getpid() and not pid_alive(pid)
 
 
 def claim_logdir(logdir: Path) -> RunLock:

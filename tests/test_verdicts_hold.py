@@ -14,6 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from profcallbacks import Schedule, StallConfig, StepProfiler
+from profcallbacks.core.cpus import loader_workers
+from profcallbacks.detect.loaders import stall_advice
 from profcallbacks.findings import DATALOADER_STALL
 from profcallbacks.report import build_report, locate_run, render_text
 from profcallbacks.report.analyse.advice import RunContext, run_context, verdict_advice
@@ -199,3 +201,18 @@ def test_thread_advice_never_raises_threads_on_an_oversubscribed_machine():
     assert "oversubscribed" in line and "Lower torch.set_num_threads" in line
     calm = verdict_advice("cpu_compute_bound", RunContext(device="cpu"))
     assert not any("raise torch.set_num_threads" in x.lower() for x in calm)
+
+
+@pytest.mark.parametrize("cpus, workers", [(2, 0), (2, 1), (2, 2), (4, 2), (16, 4), (16, 8)])
+def test_live_stall_advice_and_the_report_follow_one_worker_rule(cpus, workers):
+    """The stall finding (live) and the report's input advice ask for the same number of workers
+    for the same loader: one per core the training process may use (it was cores - 1 live)."""
+    info = {"type": "DataLoader", "num_workers": workers, "cpus": cpus}
+    live = " ".join(stall_advice(info, bursty=False))
+    report = verdict_advice("input_bound", RunContext(device="cpu", loader=info))[0]
+    want = loader_workers(cpus)
+    if workers < want:
+        assert f"num_workers={want}" in live or f"to {want}" in live, live
+        assert f"num_workers={want}" in report or f"to {want}" in report, report
+    else:
+        assert "make each batch cheaper" in live and "make each batch cheaper" in report

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from profcallbacks.core.cpus import loader_workers, usable_cpus
 
 LoaderInfo = dict[str, Any]
 # attributes through which known wrappers reach the function that really builds the batch: the
@@ -69,7 +70,7 @@ def describe_loader(obj: object) -> LoaderInfo:
     flattened = getattr(obj, "flattened", None)  # lightning CombinedLoader
     if not isinstance(obj, DataLoader) and isinstance(flattened, list):
         loader = next((x for x in flattened if isinstance(x, DataLoader)), obj)
-    info: LoaderInfo = {"type": type(loader).__name__, "cpus": os.cpu_count() or 1}
+    info: LoaderInfo = {"type": type(loader).__name__, "cpus": usable_cpus()}
     if isinstance(loader, DataLoader):
         collate, wrappers = collate_name(getattr(loader, "collate_fn", None))
         if wrappers:
@@ -157,11 +158,12 @@ def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> li
         return advice
     if workers == 0:
         advice.append(f"batches are built on the training thread (num_workers=0): try "
-                      f"num_workers={max(1, min(8, cpus - 1))} (this machine has {cpus} CPUs)")
+                      f"num_workers={loader_workers(cpus)} (one per core this process may use: "
+                      f"{cpus})")
     elif workers is not None:
-        if workers < cpus - 1:
+        if workers < loader_workers(cpus):
             advice.append(f"num_workers={workers} workers cannot keep up: raise num_workers "
-                          f"(this machine has {cpus} CPUs)")
+                          f"to {loader_workers(cpus)} (one per core this process may use: {cpus})")
         else:
             advice.append(f"num_workers={workers} already uses every CPU: make each batch "
                           "cheaper rather than adding workers")

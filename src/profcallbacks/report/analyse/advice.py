@@ -29,11 +29,11 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from profcallbacks.core.cpus import MAX_WORKERS, loader_workers
 from profcallbacks.core.trace_names import CUDA_RUNTIME, OLD_CATEGORIES
 from profcallbacks.findings import (
     COMPILE_FALLBACK,
@@ -58,31 +58,8 @@ from profcallbacks.report.analyse.compile import (
 from profcallbacks.report.read.generations import LIGHTNING_PREFIXES, TraceFormat
 
 DEVICES = ("cpu", "cuda", "rocm", "unknown")
-MAX_WORKERS = 8
 _RUNTIME_NAMES = (CUDA_RUNTIME, *(old for old, new in OLD_CATEGORIES.items() if new == CUDA_RUNTIME))
 """The runtime calls' category in every trace generation: a GPU job's host side."""
-"""More loader workers than this rarely help and each holds a copy of the dataset object."""
-
-
-def usable_cpus() -> int:
-    """The CPU cores this process may use (its affinity mask: a container's or a job's share),
-    not the machine's count."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def loader_workers(cpus: int | None = None) -> int:
-    """The one worker-count rule of every piece of loader advice: one worker per core this
-    process may use (a worker waiting on I/O needs no core of its own, one building a batch
-    needs one while the training thread waits for it), at most ``MAX_WORKERS``.
-
-    Example:
-        >>> loader_workers(2), loader_workers(64)
-        (2, 8)
-    """
-    return max(1, min(MAX_WORKERS, usable_cpus() if cpus is None else cpus))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ would take off the step (``whatif.loader_saving``): with ``num_workers=0`` a bat
 to build; N workers build N at a time while the rest of the step runs, so what is left is the
 part the rest of the step does not hide. N is the fewest workers that hide the whole wait (at
 most ``MAX_WORKERS``): the trace does not say how many cores the training process had, so the fix
-names N and the limit (one worker per core that process may use, as ``advice.loader_workers``).
+names N and the limit (one worker per core that process may use, as ``core.cpus.loader_workers``).
 With workers already there, the whole wait is the bound. On a GPU the wait counts only where the
 GPU idles for it (``whatif.idle_caused``): queued kernels hide a data wait.
 Negative case: a loader that keeps ahead (no ``__next__`` range longer than a few us; the V100 trace).

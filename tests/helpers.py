@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +61,17 @@ def captured_steps(logdir: Path) -> dict[str, list[int]]:
         assert len(files) == 1, f"{d} holds {files}"
         out[d.name] = profiler_steps(load_trace(files[0]))
     return out
+
+
+def torchrun(script: Path, nproc: int, *args: str,
+             timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``script`` under torchrun with ``nproc`` ranks on this machine (one thread each), run once
+    more when the port torchrun picked was taken before it bound it."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           "--standalone", str(script), *args]
+    for _ in range(2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
+            break
+    return proc

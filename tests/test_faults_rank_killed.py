@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import capture_dirs, trace_files
+from helpers import capture_dirs, torchrun, trace_files
 from profcallbacks.cli import main
 from profcallbacks.layout import RUN_LOCK, STAGING_DIR
 
@@ -26,13 +23,7 @@ KILLED = 2
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     logdir = tmp_path_factory.mktemp("killed") / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--standalone",
-           str(SCRIPT), "--logdir", str(logdir), "--kill-rank", str(KILLED)]
-    for _ in range(2):  # a port taken between torchrun's pick and its bind is worth one retry
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if "address already in use" not in proc.stderr.lower():
-            break
+    proc = torchrun(SCRIPT, 4, "--logdir", str(logdir), "--kill-rank", str(KILLED), timeout=240)
     assert proc.returncode != 0 and "Signal 9 (SIGKILL)" in proc.stderr, proc.stderr[-3000:]
     return logdir, proc.stderr
 

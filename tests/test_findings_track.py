@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import capture_dirs, load_trace, trace_files
+from helpers import capture_dirs, load_trace, torchrun, trace_files
 from profcallbacks.capture.findings_track import TRACK_CATEGORY, TRACK_PID, findings_track
 from profcallbacks.layout import MERGED_FILE
 from profcallbacks.report import build_report, locate_run
@@ -106,13 +103,7 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two gloo ranks with a stall from step 1 on and a sync point on a marked line, captured at
     steps 14-16 (the stall still holding)."""
     logdir = tmp_path_factory.mktemp("track") / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-           str(SCRIPT), "--logdir", str(logdir)]
-    for _ in range(2):  # a port taken between torchrun's pick and its bind is worth one retry
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
-            break
+    proc = torchrun(SCRIPT, 2, "--logdir", str(logdir))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return logdir
 

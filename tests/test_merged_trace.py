@@ -6,12 +6,11 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import helpers
 from helpers import capture_dirs, load_trace, trace_files
 from profcallbacks.capture.merge import merge_capture
 from profcallbacks.layout import MERGED_FILE, TRACE_FILE
@@ -40,13 +39,7 @@ STEPS = [4, 5, 6]
 
 
 def torchrun(nproc: int, logdir: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           "--standalone", str(SCRIPT), "--logdir", str(logdir)]
-    for _ in range(2):  # a port taken between torchrun's pick and its bind is worth one retry
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
-            break
+    proc = helpers.torchrun(SCRIPT, nproc, "--logdir", str(logdir))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

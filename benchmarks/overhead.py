@@ -63,10 +63,9 @@ def make_model() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
     return model, torch.optim.SGD(model.parameters(), lr=1e-3), torch.randn(32, 64)
 
 
-def make_step(compiled: bool = False) -> Callable[[], None]:
-    model, opt, x = make_model()
-    if compiled:
-        model = torch.compile(model)  # type: ignore[assignment]
+def training_step(model: nn.Module, opt: torch.optim.Optimizer,
+                  x: torch.Tensor) -> Callable[[], None]:
+    """One training step of ``model`` on the batch ``x``: forward, backward, optimizer step."""
 
     def step() -> None:
         loss = model(x).pow(2).mean()
@@ -75,6 +74,13 @@ def make_step(compiled: bool = False) -> Callable[[], None]:
         opt.step()
 
     return step
+
+
+def make_step(compiled: bool = False) -> Callable[[], None]:
+    model, opt, x = make_model()
+    if compiled:
+        model = torch.compile(model)  # type: ignore[assignment]
+    return training_step(model, opt, x)
 
 
 class Rounds:
@@ -189,16 +195,7 @@ def make_deep_step(layers: int) -> Callable[[], None]:
     for _ in range(layers):
         blocks += [nn.Linear(256, 256), nn.ReLU()]
     model = nn.Sequential(*blocks, nn.Linear(256, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(64, 256)
-
-    def step() -> None:
-        loss = model(x).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
+    return training_step(model, torch.optim.SGD(model.parameters(), lr=1e-4), torch.randn(64, 256))
 
 
 def step_of(target_ms: float) -> tuple[Callable[[], None], int]:

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -25,16 +26,12 @@ TOLERANCE_US = 50.0
 """How far each all-reduce's end may lie, in the merge of clocks offset by ``OFFSET_US`` per rank,
 from where it lies in the merge of the clocks as recorded: the offset is undone."""
 SKEW_US = 1000.0
-"""How far apart one all-reduce's ends may stay across ranks after alignment, in the median over
-the capture. Rings finish rank after rank (~100-400 us here), and a rank descheduled before it
-records an end (several processes on two shared cores) shows it milliseconds late: those are
-the residual skew that the merged file records, not an error of the alignment. Where the ranks
-outnumber the cores (4 ranks on 2 here), each waits for a core in turn: the bound grows with that
-ratio (``skew_bound``); the offsets found and each end's place (``TOLERANCE_US``) do not."""
-
-
-def skew_bound(world: int) -> float:
-    return SKEW_US * max(1.0, world / (os.cpu_count() or 1))
+"""How far the offset found may lie from the truth. The ranks of these runs share one clock, so
+the truth is known: each rank's artificial shift. What is left after alignment (the ends' spread
+across ranks) is that error plus the spread the ranks really had on the shared clock: rings finish
+rank after rank, and a rank descheduled before it records an end (several processes on two
+shared cores) shows it milliseconds late. That spread is the machine's, so the tests hold the
+aligned spread to the recorded one plus ``SKEW_US``, not to a fixed figure."""
 STEPS = [4, 5, 6]
 
 
@@ -65,6 +62,11 @@ def by_rank(trace: dict) -> dict[str, list[dict]]:
         if event.get("ph") == "X":
             out[names[event["pid"]]].append(event)
     return out
+
+
+def median_gap(ends: list[float], reference: list[float]) -> float:
+    """The median distance between each end and the reference rank's same end."""
+    return statistics.median(abs(a - b) for a, b in zip(ends, reference, strict=True))
 
 
 def collective_ends(events: list[dict]) -> list[float]:
@@ -122,6 +124,8 @@ def test_clocks_offset_by_5_ms_are_aligned_on_the_all_reduces(run, tmp_path):
                 for rank, t in raw.items()}
     gap = sorted(abs(a - b) for a, b in zip(raw_ends[1], raw_ends[0], strict=True))
     assert gap[len(gap) // 2] > OFFSET_US - SKEW_US  # as recorded, the ranks are 5 ms apart
+    recorded = {r: median_gap([e - r * OFFSET_US for e in ends], raw_ends[0])
+                for r, ends in raw_ends.items()}  # the spread on the shared clock
     meta = merge_capture(files, tmp_path / "shifted.trace.json.gz", budget_bytes=None)
     merge_capture(trace_files(capture_dirs(logdir)[0]), tmp_path / "plain.trace.json.gz",
                   budget_bytes=None)
@@ -133,13 +137,14 @@ def test_clocks_offset_by_5_ms_are_aligned_on_the_all_reduces(run, tmp_path):
         assert len(rank_ends) == len(reference) == 4 * len(STEPS)
         undone = [abs(a - b) for a, b in zip(rank_ends, plain[name], strict=True)]
         assert max(undone) <= TOLERANCE_US, (name, undone)  # each end where it was
-        gaps = sorted(abs(a - b) for a, b in zip(rank_ends, reference, strict=True))
-        assert gaps[len(gaps) // 2] <= skew_bound(world), (name, gaps)
+        rank = int(name.split()[1])
+        assert median_gap(rank_ends, reference) <= recorded[rank] + SKEW_US, name
     offsets = {r["rank"]: r["offset_us"] for r in meta["ranks"]}
     for rank in range(world):
-        assert abs(offsets[rank] + rank * OFFSET_US) < SKEW_US
+        assert abs(offsets[rank] + rank * OFFSET_US) < SKEW_US  # the shift found, to a point
     assert meta["aligned_on"] == ["cpu:gloo:all_reduce"] and meta["collectives_matched"] == 12
-    assert all(r["residual_skew_us"]["median"] <= skew_bound(world) for r in meta["ranks"])
+    for r in meta["ranks"]:
+        assert r["residual_skew_us"]["median"] <= recorded[r["rank"]] + SKEW_US
 
 
 def test_merged_trace_is_held_to_the_byte_budget(run, tmp_path):
@@ -185,8 +190,9 @@ def test_perfetto_trace_processor_loads_one_process_per_rank(run):
     for _, group in rows.groupby("process"):
         steps = sorted(int(s.split("#")[1]) for s in group["slice"] if s.startswith("ProfilerStep#"))
         assert steps == STEPS
-    ends = {p: sorted(g[g["slice"] == "gloo:all_reduce"]["end_ts"]) for p, g in rows.groupby("process")}
-    reference = ends[min(ends)]
-    for rank_ends in ends.values():
-        gaps = sorted(abs(a - b) for a, b in zip(rank_ends, reference, strict=True))
-        assert gaps[len(gaps) // 2] <= skew_bound(world) * 1000  # nanoseconds here
+    read = {p: sorted(g[g["slice"] == "gloo:all_reduce"]["end_ts"]) for p, g in rows.groupby("process")}
+    written = {p: collective_ends(e) for p, e in by_rank(load_trace(merged_file(logdir))).items()}
+    first = min(read)
+    for name in read:  # Perfetto places each end where the file says, relative to rank 0's
+        assert [(a - read[first][0]) / 1000 for a in read[name]] == pytest.approx(
+            [a - written[first][0] for a in written[name]], abs=1.0), name

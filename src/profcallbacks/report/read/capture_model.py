@@ -64,6 +64,7 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
     cats: set[Any] = set()
     flops: list[tuple[float, float]] = []
     shaped: list[tuple[Op, Any]] = []
+    thread_keys: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # one key object per thread
     for event in events:
         try:
             if event.ph != "X":
@@ -80,20 +81,24 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
         name = name if type(name) is str else str(name)
         end = ts + dur
         args = event.args if isinstance(event.args, Args) else None
+        try:
+            tid = thread_keys.setdefault((event.pid, event.tid), (event.pid, event.tid))
+        except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
+            tid = (event.pid, event.tid)
         if cat in _HOST_CATS:
             if name.startswith(_STEP):
                 steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
                 continue
-            op = Op(ts, end, name, (event.pid, event.tid))
+            op = Op(ts, end, name, tid)
             ops.append(op)
             if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
                 flops.append((ts, float(args.flops)))
             elif args is not None and name in COUNTED:
                 shaped.append((op, args))
         elif cat == PYTHON_FUNCTION:
-            frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
+            frames.setdefault(tid, []).append(Op(ts, end, name, tid))
         elif cat in _RUNTIME_CATS:
-            call = Op(ts, end, name, (event.pid, event.tid))
+            call = Op(ts, end, name, tid)
             runtime.append(call)
             corr = _int(args.correlation) if args is not None else -1
             if corr >= 0:
@@ -143,25 +148,40 @@ def build_capture(events: list[Any], properties: Any = None) -> Capture:
 
 def _nest(ops: list[Op], runtime: list[Op]) -> None:
     """Sets ``parents`` of every operator and runtime call: the operators enclosing it on its
-    thread, outermost first."""
-    threads: dict[Any, list[tuple[float, int, float, int]]] = {}
-    every = ops + runtime
-    calls = len(ops)
-    for i, item in enumerate(every):  # sorted as tuples: start, operators first, longest first
-        threads.setdefault(item.tid, []).append((item.ts, i >= calls, -item.end, i))
+    thread, outermost first.
+
+    Each thread's items are visited by start, operators before runtime calls, the longest
+    first, then in the order read (three stable sorts: no record per item)."""
+    threads: dict[Any, list[Op]] = {}
+    for item in ops:
+        threads.setdefault(item.tid, []).append(item)
+    calls: set[int] = set()
+    for item in runtime:
+        threads.setdefault(item.tid, []).append(item)
+        calls.add(id(item))
     for rows in threads.values():
-        rows.sort()
+        rows.sort(key=_end, reverse=True)
+        if calls:
+            rows.sort(key=lambda item: id(item) in calls)
+        rows.sort(key=_start)
         stack: list[Op] = []
         names: tuple[str, ...] = ()
-        for _, is_call, _, i in rows:
-            item = every[i]
+        for item in rows:
             while stack and stack[-1].end <= item.ts:
                 stack.pop()
                 names = names[:-1]
             item.parents = names
-            if not is_call:
+            if id(item) not in calls:
                 stack.append(item)
                 names = (*names, item.name)
+
+
+def _start(item: Op) -> float:
+    return item.ts
+
+
+def _end(item: Op) -> float:
+    return item.end
 
 
 def enclosing_frame(frames: list[Op], ts: float, skip: tuple[str, ...]) -> str | None:

@@ -43,6 +43,7 @@ _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
 Interval = tuple[float, float]
+_Thread = tuple[list[float], list[float], list[str]]  # one thread's CPU operators: ts, dur, name
 
 
 @dataclass
@@ -161,7 +162,7 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
                            budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
                            else None)
 
-    threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    threads: dict[tuple[Any, Any], _Thread] = {}
     gpu: list[Interval] = []
     compiled: list[Interval] = []
     step_events: list[tuple[float, float, str, bool]] = []
@@ -192,13 +193,14 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
         if cat == CPU_OP:
             pid, tid = event.pid, event.tid
             key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
-            item = (ts, dur, name)
             if name.startswith(COMPILED_PREFIXES):
                 compiled.append((ts, ts + dur))
-            if key in threads:
-                threads[key].append(item)
-            else:
-                threads[key] = [item]
+            thread = threads.get(key)
+            if thread is None:
+                thread = threads[key] = ([], [], [])
+            thread[0].append(ts)
+            thread[1].append(dur)
+            thread[2].append(name)
         elif cat in GPU_CATS:
             gpu.append((ts, ts + dur))
             row = gpu_ops.get(name)
@@ -243,33 +245,39 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     return summary
 
 
-def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
+def _self_times(threads: dict[Any, _Thread],
                 ops: dict[str, list[float]]) -> tuple[list[Interval], list[Interval]]:
-    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals."""
+    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals.
+
+    Each thread's operators are visited by start, the longest first among equal starts (two
+    stable sorts of their indices: no record per operator)."""
     compute: list[Interval] = []
     data: list[Interval] = []
-    for events in threads.values():
-        events.sort(key=lambda e: (e[0], -e[1]))
-        stack: list[tuple[float, int]] = []  # (end, index) of open ancestors
-        child = [0.0] * len(events)
-        for i, (ts, dur, name) in enumerate(events):
-            end = ts + dur
+    for starts, durs, names in threads.values():
+        order = sorted(range(len(starts)), key=durs.__getitem__, reverse=True)
+        order.sort(key=starts.__getitem__)
+        stack: list[tuple[float, int]] = []  # (end, position in order) of open ancestors
+        child = [0.0] * len(order)
+        for at, i in enumerate(order):
+            ts = starts[i]
+            end = ts + durs[i]
             while stack and stack[-1][0] <= ts:
                 stack.pop()
             if stack:
-                child[stack[-1][1]] += dur
-            elif name.startswith(LOADER_PREFIXES):
+                child[stack[-1][1]] += durs[i]
+            elif names[i].startswith(LOADER_PREFIXES):
                 data.append((ts, end))
             else:
                 compute.append((ts, end))
-            stack.append((end, i))
-        for i, (_, dur, name) in enumerate(events):
+            stack.append((end, at))
+        for at, i in enumerate(order):
+            name, dur = names[i], durs[i]
             row = ops.get(name)
             if row is None:
-                ops[name] = [1, dur - child[i], dur]
+                ops[name] = [1, dur - child[at], dur]
             else:
                 row[0] += 1
-                row[1] += dur - child[i]
+                row[1] += dur - child[at]
                 row[2] += dur
     return compute, data
 

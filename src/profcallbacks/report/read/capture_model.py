@@ -159,6 +159,7 @@ def _nest(ops: list[Op], runtime: list[Op]) -> None:
     for item in runtime:
         threads.setdefault(item.tid, []).append(item)
         calls.add(id(item))
+    chains: dict[tuple[int, str], tuple[str, ...]] = {}  # (id of the parents' chain, name) -> chain
     for rows in threads.values():
         rows.sort(key=_end, reverse=True)
         if calls:
@@ -168,12 +169,15 @@ def _nest(ops: list[Op], runtime: list[Op]) -> None:
         names: tuple[str, ...] = ()
         for item in rows:
             while stack and stack[-1].end <= item.ts:
-                stack.pop()
-                names = names[:-1]
+                names = stack.pop().parents  # siblings share their parents' tuple
             item.parents = names
             if id(item) not in calls:
                 stack.append(item)
-                names = (*names, item.name)
+                key = (id(names), item.name)
+                chain = chains.get(key)
+                if chain is None:  # one tuple per distinct chain of names, shared by its ops
+                    chain = chains[key] = (*names, item.name)
+                names = chain
 
 
 def _start(item: Op) -> float:

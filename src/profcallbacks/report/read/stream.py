@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +56,24 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEAD_LIMIT = 64 << 20
 _TAIL_TRIES = 64
+Take = Callable[[list[Any]], None]
+"""What receives each piece's kept events (``traces.ModelBuilder.add``)."""
 
 
 class _Kept:
     """The events kept so far, and how many the cap let go."""
 
-    def __init__(self, path: Path, max_events: int) -> None:
-        self.path, self.max_events = path, max_events
-        self.events: list[Any] = []
-        self.dropped = 0
+    def __init__(self, path: Path, max_events: int, take: Take | None = None) -> None:
+        self.path, self.max_events, self.take = path, max_events, take
+        self.events: list[Any] = []  # what is kept when no ``take`` consumes the pieces
+        self.count = 0  # events kept (or handed to ``take``) so far
         self.frames = FrameTable()
         self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
     def add(self, batch: list[Any]) -> None:
         intern = sys.intern
-        events = self.events
+        events: list[Any] = [] if self.take is not None else self.events
+        before = len(events)
         for event in batch:
             if isinstance(event, Event):
                 if event.ph != "X":
@@ -92,16 +96,31 @@ class _Kept:
                     else:  # shapes are read only to count an operator's FLOPs
                         args.dims = args.concrete = _NO_SHAPES
             events.append(event)
-        if len(events) > self.max_events:
+        self.count += len(events) - before
+        if self.count > self.max_events:
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
-                            f"events it would keep (~{self.max_events * BYTES_PER_EVENT >> 30} GiB "
+                            f"events it would keep (~{self.max_events * BYTES_PER_EVENT >> 20} MiB "
                             "of memory); open it in Perfetto's trace processor, or capture fewer "
                             "steps (ByteBudget(capture_bytes=...))")
+        if self.take is not None:
+            self.take(events)
+
+    def finish(self) -> None:
+        """Adds the frames around runtime calls (read at the end, when every call is known)."""
+        frames = self.frames.around_calls()
+        if self.take is not None:
+            self.take(frames)
+        else:
+            self.events += frames
 
 
 def stream_trace(path: Path, *, max_events: int | None = None,
-                 max_bytes: int = MAX_STREAM_BYTES) -> Trace:
+                 max_bytes: int = MAX_STREAM_BYTES, take: Take | None = None) -> Trace:
     """The slim ``Trace`` of ``path`` (gzipped or not), read piece by piece.
+
+    ``take``, when given, receives each piece's kept events in file order (the frames around
+    runtime calls last) and the events are not kept: the ``Trace`` returned holds only the
+    top-level blocks.
 
     Raises:
         ReadError: Not a Chrome trace, truncated, or beyond ``max_events`` / ``max_bytes``.
@@ -116,7 +135,7 @@ def stream_trace(path: Path, *, max_events: int | None = None,
         raise ReadError(path, "empty file")
     if gz:  # a gzip bomb stops here, as in read_bytes
         max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
-    kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
+    kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events, take)
     read = 0
     try:
         with open(fd, "rb") as raw:
@@ -187,7 +206,7 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
         batch = decode_events(body) if body else []
         if batch is not None and isinstance(blocks, dict):
             kept.add(batch)
-            kept.events += kept.frames.around_calls()
+            kept.finish()
             return blocks
     if first is not None and decode_events(bytes(buf[:first[0]]).strip() or b"0") is not None:
         at = first[1].pos - len(head) - len(b'"traceEvents":[]')  # in what follows the array

@@ -121,7 +121,10 @@ class Scanner:
                 continue
             args = event.args
             if name.startswith(MARKED_PREFIXES) and cat in HOST_CATEGORIES:
-                lo, hi = min(lo, ts), max(hi, end)
+                if ts < lo:
+                    lo = ts
+                if end > hi:
+                    hi = end
                 _marked(out, ts, end, name, args, cat)
                 continue
             if cat in DEVICE_CATEGORIES:
@@ -129,7 +132,10 @@ class Scanner:
             stream, corr = ((_int(args.stream), _int(args.correlation)) if isinstance(args, Args)
                             else (-1, -1))
             if cat in RUNTIME_CATEGORIES:
-                lo, hi = min(lo, ts), max(hi, end)
+                if ts < lo:
+                    lo = ts
+                if end > hi:
+                    hi = end
                 if name in SYNC_CALLS:
                     syncs.append((ts, end, name))
                 elif name == ASYNC_COPY_CALL and corr >= 0:
@@ -154,8 +160,12 @@ def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
     ops, lo, hi = list(found.ops), found.lo, found.hi
     for ts, dur in zip(found.plain_ts, found.plain_dur, strict=True):
         if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
-            ops.append((ts, ts + dur))
-            lo, hi = min(lo, ts), max(hi, ts + dur)
+            end = ts + dur
+            ops.append((ts, end))
+            if ts < lo:
+                lo = ts
+            if end > hi:
+                hi = end
     return ops, lo, hi
 
 

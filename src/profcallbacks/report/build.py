@@ -82,6 +82,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     traces: list[TraceSummary] = []
     healthy: list[TraceSummary] = []
     captures: list[dict[str, Any]] = []
+    file_analyses: list[list[dict[str, Any]]] = []  # per capture: its files' analyses, pooled below
     earlier_paths: set[Path] = set()
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
@@ -130,24 +131,24 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
-                         "partial": capture.partial, "files": files, "analyses": analyses,
+                         "partial": capture.partial, "files": files,
                          "breakdown": breakdown([t for t in traces if t.path in capture.files]),
                          "export_overlap": any(f.get("export_overlap") for f in files),
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged
                          else None})
+        file_analyses.append(analyses)
     names = {n for t in traces for n in t.cpu_ops}
     context = run_context([t.format for t in traces], findings, names,
                           max([1] + [t.world_size for t in traces]))
     previous: str | None = None
-    for c in captures:
-        pooled = capture_analysis(c["analyses"], sync_sites, context=context, previous=previous)
+    for c, analyses in zip(captures, file_analyses, strict=True):
+        pooled = capture_analysis(analyses, sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
         c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
-        c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
+        c["rank_verdicts"] = rank_verdicts(analyses, sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
-        del c["analyses"]
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
     latest = [c for c in captures if c["run"] == split.runs]

@@ -138,3 +138,16 @@ def test_a_gpu_bound_verdict_names_the_gpu_as_what_shortens_the_step(tmp_path):
 def test_cpu_runs_have_no_gpu_path():
     cap = read_trace_file(HERE / "data" / "hta-traces" / "cpu_only_rank34.pt.trace.json.gz").capture
     assert cap is not None and critical_path(cap) is None
+
+
+@needs_shared
+def test_a_bf16_run_is_not_advised_mixed_precision_or_tf32(tmp_path):
+    # HF Qwen inference on an H100 whose GEMMs run in bf16: precision is done; the advice is
+    # about the kernels themselves
+    report = _report(SHARED / "h100_qwen_inference.pt.trace.json.gz", tmp_path)
+    verdict = report["verdict"]
+    assert verdict["kind"] == "gpu_compute_bound"
+    assert report["captures"][0]["throughput"]["dtype"] == "bf16"
+    advice = " ".join(verdict["advice"])
+    assert "TF32" not in advice and "autocast" not in advice
+    assert "already run in bf16" in verdict["advice"][0]

@@ -43,8 +43,9 @@ def analyse_trace(model: TraceModel) -> dict[str, Any]:
         why = str(exc) if isinstance(exc, _Failed) else f"{type(exc).__name__}: {exc}"
         analysis = {"problems": [f"no GPU breakdown or verdict ({why})"]}
     analysis.update(capture_expert(model.capture))
-    if "metrics" in analysis:  # the verdict reads the same path as the gains
+    if "metrics" in analysis:  # the verdict reads the same path and precision as the diagnoses
         analysis["metrics"]["critical_path"] = analysis.get("critical_path")
+        analysis["metrics"]["dtype"] = (analysis.get("throughput") or {}).get("dtype")
     return analysis
 
 
@@ -110,6 +111,8 @@ def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
                 acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
         out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
     out["critical_path"] = _pool_paths([m.get("critical_path") for m in metrics])
+    dtypes = [m["dtype"] for m in metrics if m.get("dtype")]
+    out["dtype"] = max(dtypes, key=dtypes.count) if dtypes else None
     return out
 
 

@@ -48,6 +48,7 @@ Thresholds and why:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from profcallbacks.report.analyse.advice import RunContext, verdict_advice
@@ -168,6 +169,8 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     if secondary:
         evidence = evidence + ["also: " + ", ".join(f"{k} {v:.0%}" for k, v in secondary)]
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
+    if gpu and m.get("dtype") and ctx.dtype is None:  # the precision the GEMMs ran in
+        ctx = replace(ctx, dtype=m["dtype"])
     advice = verdict_advice(kind, ctx)
     if kernels_only:
         evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "

@@ -25,6 +25,7 @@ import pytest
 from profcallbacks.report import build_report, locate_run
 from profcallbacks.report.analyse.critical_path import critical_path
 from profcallbacks.report.analyse.diagnoses.registry import diagnose
+from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.read.traces import read_trace_file
 
 HERE = Path(__file__).parent
@@ -151,3 +152,25 @@ def test_a_bf16_run_is_not_advised_mixed_precision_or_tf32(tmp_path):
     advice = " ".join(verdict["advice"])
     assert "TF32" not in advice and "autocast" not in advice
     assert "already run in bf16" in verdict["advice"][0]
+
+
+@needs_shared
+def test_throughput_reads_the_gpus_step_when_the_gpu_lags_the_host():
+    # the V100's GPU ends ~86 ms after the host's last step: its 96 ms step sets the rate, not
+    # the host's 78.8 ms (which read steps/s 22% too high)
+    cap = read_trace_file(SHARED / "v100_rank0_ns_resolution.pt.trace.json.gz").capture
+    assert cap is not None
+    diagnose(cap)
+    row = throughput(cap)
+    assert row["step_source"] == "gpu"
+    assert row["step_ms"] == pytest.approx(96.0, abs=0.5) and cap.step_ms() < 80
+    assert row["steps_per_s"] == pytest.approx(1e3 / row["step_ms"])
+
+
+def test_throughput_keeps_the_hosts_step_when_the_host_is_the_longer():
+    cap = read_trace_file(HERE / "data" / "kineto-traces" /
+                          "resnet50_num_workers_4.pt.trace.json.gz").capture
+    assert cap is not None
+    diagnose(cap)
+    row = throughput(cap)
+    assert row["step_source"] == "host" and row["step_ms"] == pytest.approx(cap.step_ms())

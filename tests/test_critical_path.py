@@ -7,7 +7,7 @@ Expected readings, one line of why each:
   (the host's wait is the GPU's work), not the host's.
 - RTX 2080 Ti ResNet: the loader wait is on the path (input-bound), the GPU a fifth of it.
 - MI300X ResNet-18 without the caching allocator: hipFree holds the host, the GPU is off the path.
-- kineto ResNet-50, 4 workers on a GP100: the GPU computes 76% of its span, yet the host's
+- kineto ResNet-50, 4 workers on a V100: the GPU computes 76% of its span, yet the host's
   1,500 launches a step hold 61% of the path: TF32-style gains shrink to the GPU's part, and the
   verdict is host_bound.
 - df_index_resolver (compiled, 4,458 kernels a step, the host never blocks): the host holds the

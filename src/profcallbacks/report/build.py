@@ -129,6 +129,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
+        in_capture = set(capture.files)  # a set: thousands of ranks per capture
         run_number = split.capture_run.get(capture.directory.name, split.runs)
         if run_number != split.runs:  # an earlier run's capture: listed, never merged
             earlier_paths.update(capture.files)
@@ -136,7 +137,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                          "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files, "analyses": analyses,
-                         "breakdown": breakdown([t for t in traces if t.path in capture.files]),
+                         "breakdown": breakdown([t for t in traces if t.path in in_capture]),
                          "export_overlap": any(f.get("export_overlap") for f in files),
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged

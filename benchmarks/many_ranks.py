@@ -12,7 +12,7 @@ Measured, each in a process of its own (wall time, peak RSS from ``wait4``):
 summaries; the same with ``--no-summaries`` (every trace parsed). With ``--ranks 256,1024`` the
 report from summaries is measured at each size: its peak RSS against the rank count.
 
-Run:  python benchmarks/many_ranks.py [--ranks 1024] [--keep DIR]
+Run:  python benchmarks/many_ranks.py [--ranks 1024] [--repeat 4] [--processes 2] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -68,6 +68,32 @@ def _stretch(events: list[dict[str, Any]], points: list[tuple[float, float]]) ->
         e["ts"] = ts + shift(ts)
 
 
+def repeated(template: dict[str, Any], times: int) -> dict[str, Any]:
+    """The template with its captured steps ``times`` times over, one copy after the other (step
+    numbers continued; flow arrows kept for the first copy only): a bigger trace of the same job."""
+    if times <= 1:
+        return template
+    events = template["traceEvents"]
+    timed = [e for e in events if e.get("ph") in ("X", "i") and isinstance(e.get("ts"), (int, float))]
+    lo = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - lo + 100.0
+    steps = [int(e["name"][len("ProfilerStep#"):]) for e in timed
+             if str(e.get("name", "")).startswith("ProfilerStep#")]
+    per_copy = max(steps) - min(steps) + 1
+    out = list(events)
+    for j in range(1, times):
+        for e in timed:
+            copy = dict(e, ts=e["ts"] + j * span)
+            name = str(e.get("name", ""))
+            if name.startswith("ProfilerStep#"):
+                copy["name"] = f"ProfilerStep#{int(name[len('ProfilerStep#'):]) + j * per_copy}"
+            out.append(copy)
+    meta = dict(template.get("profcallbacks") or {})
+    if meta.get("steps"):
+        meta["steps"] = list(range(min(steps), min(steps) + per_copy * times))
+    return {**template, "traceEvents": out, "profcallbacks": meta}
+
+
 def rank_trace(template: dict[str, Any], rank: int, world: int, rng: random.Random,
                slow: tuple[int, ...] = SLOW_RANKS) -> dict[str, Any]:
     """The template as rank ``rank`` of ``world``: its ids, jitter, slowness."""
@@ -91,10 +117,11 @@ def rank_trace(template: dict[str, Any], rank: int, world: int, rng: random.Rand
 
 
 def simulate_job(logdir: Path, ranks: int, *, template: Path = TEMPLATE, seed: int = 0,
-                 slow: tuple[int, ...] = SLOW_RANKS) -> list[Path]:
-    """Write the capture of a ``ranks``-rank job into ``logdir``; returns its trace files."""
+                 slow: tuple[int, ...] = SLOW_RANKS, repeat: int = 1) -> list[Path]:
+    """Write the capture of a ``ranks``-rank job into ``logdir``; returns its trace files.
+    ``repeat``: the template's steps that many times over (bigger traces)."""
     with gzip.open(template) as f:
-        base = json.load(f)
+        base = repeated(json.load(f), repeat)
     rng = random.Random(seed)
     capture = logdir / CAPTURE
     capture.mkdir(parents=True, exist_ok=True)
@@ -134,6 +161,9 @@ def main() -> int:
     parser.add_argument("--ranks", default="1024",
                         help="rank counts, comma-separated (default 1024)")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=4,
+                        help="the real trace's 3 steps this many times over per rank (default 4: "
+                             "12 steps, ~90 KB gzipped per rank)")
     parser.add_argument("--keep", type=Path, help="write the job here and keep it")
     args = parser.parse_args()
     sizes = [int(n) for n in args.ranks.split(",")]
@@ -143,7 +173,7 @@ def main() -> int:
             logdir = root / f"job{n}"
             shutil.rmtree(logdir, ignore_errors=True)
             t0 = time.perf_counter()
-            files = simulate_job(logdir, n)
+            files = simulate_job(logdir, n, repeat=args.repeat)
             made = time.perf_counter() - t0
             mib = sum(f.stat().st_size for f in files) / 2**20
             wall_s, rss_s, done = run_child(["summarize", str(logdir), "--processes",

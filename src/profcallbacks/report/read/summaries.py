@@ -38,6 +38,13 @@ class SummaryUse:
                 "stale": self.stale}
 
 
+def _ops(value: Any) -> dict[str, list[float]]:
+    """An operator table of a record (name -> numbers), taken as parsed (JSON: string keys)."""
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise TypeError(f"operator table must map names to lists, got {type(value).__name__}")
+    return value
+
+
 def summary_from_record(record: dict[str, Any], path: Path) -> TraceSummary:
     """The ``TraceSummary`` (with its ``analysis``) a summary record describes, for ``path``.
 
@@ -51,8 +58,7 @@ def summary_from_record(record: dict[str, Any], path: Path) -> TraceSummary:
         worker=str(record["worker"]), trigger=record.get("trigger"),
         partial=bool(record.get("partial")), export_overlap=bool(record.get("export_overlap")),
         budget=record.get("budget"), steps=list(record["steps"]),
-        cpu_ops={str(k): list(v) for k, v in dict(record["cpu_ops"]).items()},
-        gpu_ops={str(k): list(v) for k, v in dict(record["gpu_ops"]).items()},
+        cpu_ops=_ops(record["cpu_ops"]), gpu_ops=_ops(record["gpu_ops"]),
         bad_events=int(record.get("bad_events") or 0),
         bad_example=str(record.get("bad_example") or ""),
         analysis=dict(record["analysis"]),

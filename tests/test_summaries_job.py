@@ -66,3 +66,20 @@ def test_a_job_without_slow_ranks_has_no_straggler(tmp_path):
     view = build_report(locate_run(tmp_path / "logs"))["captures"][0]["job"]
     assert view["stragglers"] == [] and "straggler" not in view["sentence"]
     assert view["ranks"] == 16
+
+
+def test_a_large_capture_merges_its_slowest_ranks_and_a_median_one(tmp_path):
+    from profcallbacks.capture.merge import merge_capture
+    from profcallbacks.capture.merge_choice import MERGE_ALL_UP_TO, SLOWEST, merge_choice
+    from profcallbacks.report.summarize import summarize_files
+
+    files = many_ranks.simulate_job(tmp_path / "logs", 24, slow=(19, 21))
+    assert len(files) > MERGE_ALL_UP_TO
+    assert merge_choice(files) == files  # no summaries yet: nothing to rank them by
+    summarize_files(files, processes=1)
+    chosen = merge_choice(files)
+    ranks = [int(p.name.split("_")[0][4:]) for p in chosen]
+    assert len(chosen) == SLOWEST + 1 and {19, 21} <= set(ranks)
+    meta = merge_capture(chosen, tmp_path / "all-ranks.4.trace.json.gz", budget_bytes=None)
+    assert sorted(r["rank"] for r in meta["ranks"]) == sorted(ranks)
+    assert merge_choice(files[:MERGE_ALL_UP_TO]) == files[:MERGE_ALL_UP_TO]

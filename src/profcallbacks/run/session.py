@@ -24,7 +24,9 @@ from profcallbacks.core.timing import IntervalSummary, StepTimes
 from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
 from profcallbacks.detect.compile_watch import CompileWatcher, watch_compile
+from profcallbacks.detect.loader_workers import LoaderWorkers
 from profcallbacks.detect.loaders import LoaderPasses, describe_loader
+from profcallbacks.detect.stall import StallDetector
 from profcallbacks.findings import Finding, FindingHandler, log_finding
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
@@ -92,6 +94,16 @@ class ProfilingSession(StepBuffer):
         self._opened = False
         self._warned_closed = False
         self._loader_passes = LoaderPasses()
+        stall = config.stall
+        self.loader_workers = LoaderWorkers(
+            lambda: self.step, enabled=stall is not None and stall.time_workers,
+            sampler=stall is not None and stall.sample_workers,
+            share_on=stall.share_threshold if stall is not None else 0.2)
+        """The workers' timing of the loader that ``StepProfiler.wrap`` iterates."""
+        for member in self._participants.members:
+            if isinstance(member, StallDetector):  # it asks for worker timing while a stall is open
+                member.workers = self.loader_workers
+        self._captures.loader_batches = self.loader_workers.spans  # each capture's worker tracks
 
     @property
     def findings(self) -> list[Finding]:
@@ -373,6 +385,7 @@ class ProfilingSession(StepBuffer):
         found, excluded, boundary = self._participants.begin_block(step, now)
         for finding in found:
             self.emit(finding)
+        self.loader_workers.want("capture", self.capture_open)
         self._block_excluded = excluded
         self._block_after_pause = after_pause
         self._due = max(1, min(self._block_len, boundary - step))

@@ -14,7 +14,7 @@ included, for all three), its CPU time (user + system, the steadier figure on a 
 and its peak RSS (``wait4``'s ``ru_maxrss``) are printed, with the ratios the targets are stated
 in: the whole report no slower than ``json.load`` alone, at least 15x faster than HTA's load and
 temporal breakdown, peak RSS at most 1 GB. Smaller sizes (``--gpu-mb 80 --cpu-events 2500000``)
-give the same ratios within the noise, in a minute or two.
+run in a minute or two; the report's peak RSS grows with the events it keeps.
 
 Run:  python benchmarks/report_speed.py [--gpu-mb 300] [--cpu-events 10000000]
                                         [--hta-python /tmp/hta-venv/bin/python] [--only gpu|cpu]

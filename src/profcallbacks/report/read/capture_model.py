@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from profcallbacks.core.trace_names import (
@@ -97,10 +98,11 @@ class CaptureBuilder:
             name = name if type(name) is str else str(name)
             end = ts + dur
             args = event.args if isinstance(event.args, Args) else None
+            tid = (event.pid, event.tid)
             try:
-                tid = thread_keys.setdefault((event.pid, event.tid), (event.pid, event.tid))
+                tid = thread_keys.setdefault(tid, tid)
             except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
-                tid = (event.pid, event.tid)
+                pass
             if cat in _HOST_CATS:
                 if name.startswith(_STEP):
                     steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
@@ -173,27 +175,26 @@ def _nest(ops: list[Op], runtime: list[Op]) -> None:
     thread, outermost first.
 
     Each thread's items are visited by start, operators before runtime calls, the longest
-    first, then in the order read (three stable sorts: no record per item)."""
-    threads: dict[Any, list[Op]] = {}
+    first, then in the order read (stable sorts: no record per item)."""
+    threads: dict[Any, tuple[list[Op], list[Op]]] = {}
     for item in ops:
-        threads.setdefault(item.tid, []).append(item)
-    calls: set[int] = set()
+        threads.setdefault(item.tid, ([], []))[0].append(item)
     for item in runtime:
-        threads.setdefault(item.tid, []).append(item)
-        calls.add(id(item))
+        threads.setdefault(item.tid, ([], []))[1].append(item)
     chains: dict[tuple[int, str], tuple[str, ...]] = {}  # (id of the parents' chain, name) -> chain
-    for rows in threads.values():
-        rows.sort(key=_end, reverse=True)
-        if calls:
-            rows.sort(key=lambda item: id(item) in calls)
-        rows.sort(key=_start)
+    for thread_ops, calls in threads.values():
+        thread_ops.sort(key=_END, reverse=True)
+        calls.sort(key=_END, reverse=True)
+        rows = thread_ops + calls
+        rows.sort(key=_START)
+        is_op = {id(item) for item in thread_ops} if calls else None
         stack: list[Op] = []
         names: tuple[str, ...] = ()
         for item in rows:
             while stack and stack[-1].end <= item.ts:
                 names = stack.pop().parents  # siblings share their parents' tuple
             item.parents = names
-            if id(item) not in calls:
+            if is_op is None or id(item) in is_op:
                 stack.append(item)
                 key = (id(names), item.name)
                 chain = chains.get(key)
@@ -202,12 +203,8 @@ def _nest(ops: list[Op], runtime: list[Op]) -> None:
                 names = chain
 
 
-def _start(item: Op) -> float:
-    return item.ts
-
-
-def _end(item: Op) -> float:
-    return item.end
+_START = attrgetter("ts")
+_END = attrgetter("end")
 
 
 def enclosing_frame(frames: list[Op], ts: float, skip: tuple[str, ...]) -> str | None:

@@ -16,7 +16,7 @@ from profcallbacks.report.read import stream as stream_module
 from profcallbacks.report.read.decode import load_trace
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.stream import stream_trace
-from profcallbacks.report.read.traces import read_trace_file, summarise
+from profcallbacks.report.read.traces import read_trace_file, summarise, trace_model
 
 DATA = Path(__file__).parent / "data"
 
@@ -217,3 +217,29 @@ def test_a_trace_beyond_the_memory_available_is_named_not_read(big_run, monkeypa
     assert f"more than {limit:,} events" in problem["error"]
     assert "of the 40 MiB available" in problem["error"] and "more memory" in problem["error"]
     assert report["captures"][0]["files"][0]["readable"] is False
+
+
+def test_the_one_pass_model_equals_the_model_of_the_whole_file(monkeypatch):
+    """Pieces fed one by one to the model (read_trace_file) give what the whole event list gives."""
+    monkeypatch.setattr(stream_module, "_CHUNK", 1 << 15)  # many pieces
+    read = 0
+    for path in sorted(DATA.rglob("*.json.gz"))[:8]:
+        try:
+            whole = trace_model(load_trace(path), path)
+        except ReadError:
+            continue
+        piecewise = read_trace_file(path)
+        same_summary(piecewise.summary, whole.summary)
+        assert piecewise.summary.format == whole.summary.format
+        assert (piecewise.scan is None) == (whole.scan is None)
+        if whole.scan is not None:
+            assert piecewise.scan.gpu == whole.scan.gpu and piecewise.scan.steps == whole.scan.steps
+            assert piecewise.scan.syncs == whole.scan.syncs
+        assert (piecewise.capture is None) == (whole.capture is None)
+        if whole.capture is not None:
+            assert piecewise.capture.steps == whole.capture.steps
+            assert ([(o.ts, o.name, o.parents) for o in piecewise.capture.ops]
+                    == [(o.ts, o.name, o.parents) for o in whole.capture.ops])
+            assert piecewise.capture.kernels == whole.capture.kernels
+        read += 1
+    assert read >= 4

@@ -15,7 +15,7 @@ from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
-from profcallbacks.report.analyse.diagnoses.registry import diagnose
+from profcallbacks.report.analyse.diagnoses.registry import diagnose, with_gpu_span
 from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
@@ -59,6 +59,7 @@ def capture_expert(capture: Capture | None) -> dict[str, Any]:
     if capture is None:
         return {"diagnoses": [], "throughput": None, "critical_path": None}
     try:
+        capture = with_gpu_span(capture)
         found, path = diagnose(capture)
         return {"diagnoses": [d.to_dict() for d in found], "throughput": throughput(capture),
                 "critical_path": path.to_dict() if path is not None and path.steps else None}
@@ -129,7 +130,9 @@ def _pool_paths(paths: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     length = out["length_ms"]
     out["gpu_share"] = out["gpu_ms"] / length if length > 0 else 0.0
     out["host_share"] = 1.0 - out["gpu_share"] if length > 0 else 0.0
-    out["bound"] = "gpu" if out["gpu_share"] >= 0.5 else "host"
+    out["host_share_median"] = sum(p.get("host_share_median", p["host_share"]) * p["steps"]
+                                   for p in known) / steps
+    out["bound"] = "gpu" if out["host_share_median"] <= 0.5 else "host"
     out["steps"] = steps
     return out
 

@@ -36,9 +36,11 @@ Thresholds and why:
 - The critical path (``critical_path.py``, ``m["critical_path"]``) says which side a fix must
   shorten: every GPU verdict names it (``shortened_by``, and one evidence line), and a GPU that
   computes most of its own span while the host holds more than ``1/2 + MARGIN`` of the step's
-  path is ``host_bound`` with the host's part of the path as its share (``share_of``: ``critical
-  path``): faster kernels would not shorten that step (a compiled trace whose one 2 us kernel
-  ran in a 13 s step of compilation; a ResNet-50 whose host launches 1,500 kernels a step).
+  path (its median step's, so one odd step does not decide) is ``host_bound`` with the host's
+  part of that path as its share (``share_of``: ``critical path``): faster kernels would not
+  shorten that step (a compiled trace whose one 2 us kernel ran in a 13 s step of compilation).
+  Within ``MARGIN`` of half, ``gpu_compute_bound`` is close to ``host_bound`` (kineto's
+  ResNet-50 with 4 workers: host and GPU each hold about half of its steady steps' path).
 - ``MARGIN`` = 0.03: a share within 3 points of the threshold that decided between the verdict
   and another kind makes the verdict *close*: ``close_to`` names the other kind, and, given the
   kind of the run's previous capture (``previous``), a close call keeps that kind instead of
@@ -144,17 +146,20 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         close_to = (max(below, key=lambda c: c[1])[0] if below
                     else compute[0] if near_compute and compute else None)
     path: dict[str, Any] | None = m.get("critical_path") if gpu else None
-    by_path = (path is not None and kind == "gpu_compute_bound"
-               and path["host_share"] >= 0.5 + MARGIN)
+    host_path = float(path.get("host_share_median", path["host_share"])) if path else 0.0
+    by_path = path is not None and kind == "gpu_compute_bound" and host_path >= 0.5 + MARGIN
     if by_path and path is not None:
-        kind, share = "host_bound", float(path["host_share"])
-        close_to = "gpu_compute_bound" if path["host_share"] - 0.5 < 2 * MARGIN else None
-        evidence = [f"the host holds {path['host_share']:.0%} of the step's critical path "
+        kind, share = "host_bound", host_path
+        close_to = "gpu_compute_bound" if host_path - 0.5 < 2 * MARGIN else None
+        evidence = [f"the host holds {host_path:.0%} of the median step's critical path "
                     f"({path['host_ms'] + path['launch_ms']:.2f} ms host, {path['data_ms']:.2f} ms "
                     f"data wait, {path['gpu_ms']:.2f} ms GPU per step), although the GPU computes "
                     f"{_pct(gpu['compute_share']) if gpu else '-'} of its own span: faster kernels "
-                    f"shorten only the GPU's {1 - path['host_share']:.0%} of it",
+                    f"shorten only the GPU's {1 - host_path:.0%} of it",
                     *(compute[2] if compute else [])]
+    elif path is not None and kind == "gpu_compute_bound" and close_to is None \
+            and host_path >= 0.5 - MARGIN:  # the host holds about half the path
+        close_to = "host_bound"
     held = False
     if close_to is not None and previous == close_to and previous != kind and not by_path:
         alt = _kind_share(previous, waste, compute, m, step, gpu)

@@ -73,6 +73,15 @@ def per_op_us(siblings: Sequence[Op]) -> float:
     return max(statistics.median(costs), MIN_OP_US)
 
 
+def dispatch_floor(cap: Capture) -> float:
+    """What an operator costs the host without arithmetic (us): the lower quartile of the steps'
+    operator durations (views, transposes, tiny tensors: dispatch only), at least ``MIN_OP_US``."""
+    durations = sorted(o.end - o.ts for o in cap.ops if o.end > o.ts and cap.in_steps(o.ts))
+    if not durations:
+        return MIN_OP_US
+    return max(durations[len(durations) // 4], MIN_OP_US)
+
+
 def dispatch_saving(removed: int, kept: int, cost_us: float) -> float:
     """Host time (us) saved when ``removed`` operators of ``cost_us`` each become ``kept``."""
     return max(removed - kept, 0) * cost_us

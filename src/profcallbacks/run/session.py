@@ -24,7 +24,9 @@ from profcallbacks.core.timing import IntervalSummary, StepTimes
 from profcallbacks.core.triggers import MANUAL, VALIDATION, CaptureRequest
 from profcallbacks.detect.base import Detector, Participant, RecordDetector, StepAuditor
 from profcallbacks.detect.compile_watch import CompileWatcher, watch_compile
+from profcallbacks.detect.loader_workers import LoaderWorkers
 from profcallbacks.detect.loaders import LoaderPasses, describe_loader
+from profcallbacks.detect.stall import StallDetector
 from profcallbacks.findings import Finding, FindingHandler, log_finding
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
@@ -76,7 +78,7 @@ class ProfilingSession(StepBuffer):
                                + ([on_finding] if on_finding else []),
                                metrics_sinks=metrics_sinks, processors=[LateMark(lambda: self.step)])
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=live_analysis())
-        self._captures.on_terminate = lambda: self.close(failed=True)  # SIGTERM in a window
+        self._captures.on_terminate = self._terminated  # SIGTERM in a window or at close
         self._captures.run_findings = lambda: self._out.findings  # each capture's track
         self._participants = Participants(own_participants(
             config, self._captures, self.logdir, self.rank, start_step=start_step, auditor=auditor))
@@ -92,6 +94,16 @@ class ProfilingSession(StepBuffer):
         self._opened = False
         self._warned_closed = False
         self._loader_passes = LoaderPasses()
+        stall = config.stall
+        self.loader_workers = LoaderWorkers(
+            lambda: self.step, enabled=stall is not None and stall.time_workers,
+            sampler=stall is not None and stall.sample_workers,
+            share_on=stall.share_threshold if stall is not None else 0.2)
+        """The workers' timing of the loader that ``StepProfiler.wrap`` iterates."""
+        for member in self._participants.members:
+            if isinstance(member, StallDetector):  # it asks for worker timing while a stall is open
+                member.workers = self.loader_workers
+        self._captures.loader_batches = self.loader_workers.spans  # each capture's worker tracks
 
     @property
     def findings(self) -> list[Finding]:
@@ -286,18 +298,29 @@ class ProfilingSession(StepBuffer):
         self._opened = False
         self._due = 0
         try:
+            # the step rows reach the disk first: the wait for exports below may end in the
+            # launcher's SIGKILL (torchrun, Slurm), and the rows are what the report reads
+            summary = self._times.flush()
+            if summary is not None and self._out.publishing:
+                self._publish(summary, self._clock())
+            self._out.write_pending()
             self._participants.close(failed=failed)
             if self._audit is not None and self.step > self._start_step:
                 self._audit.finish(self.step - 1)  # a round cut short, or a check that did not run
             self._emit_taken_findings()
-            summary = self._times.flush()
-            if summary is not None and self._out.publishing:
-                self._publish(summary, self._clock())
         finally:
             if self._compile is not None:
                 self._compile.uninstall()
             self._out.close()
             reruns.release(self.logdir, self)
+
+    def _terminated(self) -> None:
+        """SIGTERM with its default disposition, in a window or while ``close`` waits for the
+        exports: what the run recorded reaches the disk before the process ends."""
+        if self._opened:
+            self.close(failed=True)
+        else:  # closing already: the rows and the run marker, the helper finishes the traces
+            self._out.close()
 
     def __del__(self) -> None:
         """Collected while open (abandoned by an exception): close, with one warning."""
@@ -373,6 +396,7 @@ class ProfilingSession(StepBuffer):
         found, excluded, boundary = self._participants.begin_block(step, now)
         for finding in found:
             self.emit(finding)
+        self.loader_workers.want("capture", self.capture_open)
         self._block_excluded = excluded
         self._block_after_pause = after_pause
         self._due = max(1, min(self._block_len, boundary - step))

@@ -4,6 +4,8 @@
   cudaEventSynchronize calls all sit inside cuDNN convolutions of the first iteration, timing
   candidate algorithms. That is cold start, once per input shape, not a per-step sync to fix
   with .item() advice.
+- A job whose ranks wait in collectives for two late ranks: the waiting ranks are not
+  communication-bound, the late ones are the cause, and the verdict names them.
 - A trace of GPU events alone (no CPU operators): its GPU breakdown, kernels and throughput are
   read, the GPU's span as the one step; the report refused it before.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,9 @@ from profcallbacks.report.analyse.diagnoses.startup import autotune_ops
 from profcallbacks.report.read.traces import read_trace_file
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.resolve().parent / "benchmarks"))
+import many_ranks  # noqa: E402
+
 AUTOTUNE = HERE / "data" / "kineto-traces" / "resnet50_autograd_num_workers_0.pt.trace.json.gz"
 
 
@@ -72,3 +78,25 @@ def test_a_kernels_only_trace_is_read(tmp_path):
     throughput = report["captures"][0]["throughput"]
     assert throughput["step_source"] == "gpu" and throughput["step_ms"] == pytest.approx(480.0, 0.01)
     assert "fp32_compute" in {d["kind"] for d in report["diagnoses"]}  # its FP32 GEMMs are read
+
+
+def test_ranks_waiting_for_stragglers_are_told_so(tmp_path):
+    # 24 ranks made from a real gloo rank's trace (benchmarks/many_ranks.py); ranks 19 and 21 on
+    # node-02 spend 1.5 ms more before each collective: every other rank's collective time is
+    # waiting for them. The verdict used to read plain communication_bound with "overlap
+    # communication" advice; it now names the late ranks first.
+    many_ranks.simulate_job(tmp_path / "logs", 24)
+    report = build_report(locate_run(tmp_path / "logs"))
+    verdict = report["verdict"]
+    assert verdict["kind"] == "communication_bound"
+    assert verdict["waiting_for"] == [19, 21]
+    assert verdict["evidence"][0].startswith("the other ranks wait in the collectives for rank 19 "
+                                             "on node-02, rank 21 on node-02")
+    assert verdict["advice"][0].startswith("Find why rank 19 on node-02, rank 21 on node-02")
+    assert report["captures"][0]["verdict"]["waiting_for"] == [19, 21]
+
+
+def test_no_straggler_no_waiting_for(tmp_path):
+    many_ranks.simulate_job(tmp_path / "logs", 8, slow=())
+    verdict = build_report(locate_run(tmp_path / "logs"))["verdict"]
+    assert verdict["waiting_for"] == [] and "arrive last" not in " ".join(verdict["evidence"])

@@ -340,3 +340,39 @@ def _items(rows: list[dict[str, Any]], key: str, limit: int = 3) -> str:
 
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+WAITING_KINDS = ("communication_bound", "sync_bound")
+"""Verdicts whose time a late rank can cause: the others wait for it in collectives."""
+
+
+def with_stragglers(verdict: dict[str, Any] | None,
+                    job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``verdict`` naming the straggler ranks of ``job`` (``ranks.job_view``) as the cause when it
+    reads waiting in collectives: a rank that arrives early waits there for the last one, so its
+    collective time is the late rank's doing, not communication. ``waiting_for`` lists those ranks
+    (empty when none); the first evidence line and the first advice name them.
+
+    Example:
+        >>> v = {"kind": "communication_bound", "evidence": ["comm 80%"], "advice": ["Overlap."]}
+        >>> job = {"stragglers": [{"rank": 3, "host": "n1", "others_wait_ms": 4.0}]}
+        >>> with_stragglers(v, job)["waiting_for"], with_stragglers(v, job)["advice"][0][:26]
+        ([3], 'Find why rank 3 on n1 arri')
+    """
+    if verdict is None:
+        return None
+    slow = (job or {}).get("stragglers") or []
+    if not slow or verdict.get("kind") not in WAITING_KINDS:
+        return dict(verdict, waiting_for=[])
+    ranks = [s["rank"] for s in slow]
+    named = ", ".join(f"rank {s['rank']}" + (f" on {s['host']}" if s.get("host") else "")
+                      for s in slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
+    worst = max(float(s["others_wait_ms"]) for s in slow)
+    line = (f"the other ranks wait in the collectives for {named}, which arrive last (up to "
+            f"{worst:.2f} ms per step): that part of the collective time is the late rank's, not "
+            "communication")
+    advice = (f"Find why {named} arrive{'s' if len(slow) == 1 else ''} late at the collectives "
+              "(compare their data wait, host and GPU time with the other ranks'): speeding up "
+              "the communication cannot remove that wait.")
+    return dict(verdict, evidence=[line, *verdict.get("evidence", [])],
+                advice=[advice, *verdict.get("advice", [])], waiting_for=ranks)

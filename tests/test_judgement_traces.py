@@ -6,6 +6,8 @@
   with .item() advice.
 - A job whose ranks wait in collectives for two late ranks: the waiting ranks are not
   communication-bound, the late ones are the cause, and the verdict names them.
+- A vLLM graph-capture trace: its launches went into a graph and did not run; it is not advised
+  to use graphs.
 - A trace of GPU events alone (no CPU operators): its GPU breakdown, kernels and throughput are
   read, the GPU's span as the one step; the report refused it before.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,13 +24,14 @@ import pytest
 
 from profcallbacks.report import build_report, locate_run
 from profcallbacks.report.analyse.diagnoses.registry import diagnose
-from profcallbacks.report.analyse.diagnoses.startup import autotune_ops
+from profcallbacks.report.analyse.diagnoses.startup import autotune_ops, graph_capture
 from profcallbacks.report.read.traces import read_trace_file
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.resolve().parent / "benchmarks"))
 import many_ranks  # noqa: E402
 
+CAPTURE = HERE / "data" / "gpu-traces" / "mi300_vllm_graph_capture.pt.trace.json.gz"
 AUTOTUNE = HERE / "data" / "kineto-traces" / "resnet50_autograd_num_workers_0.pt.trace.json.gz"
 
 
@@ -100,3 +104,29 @@ def test_no_straggler_no_waiting_for(tmp_path):
     many_ranks.simulate_job(tmp_path / "logs", 8, slow=())
     verdict = build_report(locate_run(tmp_path / "logs"))["verdict"]
     assert verdict["waiting_for"] == [] and "arrive last" not in " ".join(verdict["evidence"])
+
+
+def test_a_graph_capture_trace_is_not_advised_to_use_graphs(tmp_path):
+    # vLLM decoding on an MI300 (TraceLens' test data): the trace records the capture of a HIP
+    # graph: 428 kernel launches went into the graph, 7 kernels ran. It read host_bound with
+    # "Capture the step with HIP graphs" advice; it says how the graph was built, not how it runs.
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(CAPTURE, run / CAPTURE.name)
+    verdict = build_report(locate_run(run))["verdict"]
+    assert verdict["evidence"][0].startswith("this trace records a CUDA/HIP graph capture: 428 "
+                                             "kernel launches recorded into a graph, 7 kernels run")
+    assert not any("Capture the step" in line for line in verdict["advice"])
+    assert "replay the graph" in verdict["advice"][0]
+
+
+@pytest.mark.skipif(SHARED is None, reason="../shared/gpu-traces is not here")
+def test_traces_that_run_their_kernels_are_no_graph_capture():
+    # the V100 trace calls cudaStreamGetCaptureInfo_v2 20 times, the memcpy-heavy one replays
+    # graphs (cudaGraphLaunch x70), the MI300X one calls hipStreamGetCaptureInfo: all run kernels
+    assert SHARED is not None
+    for name in ("v100_rank0_ns_resolution", "memcpy_heavy_rank0", "mi300x_resnet18_allocator"):
+        cap = read_trace_file(SHARED / f"{name}.pt.trace.json.gz").capture
+        assert cap is not None and graph_capture(cap) is None, name
+    cap = read_trace_file(CAPTURE).capture
+    assert cap is not None and graph_capture(cap) == {"launches": 428, "executed": 7}

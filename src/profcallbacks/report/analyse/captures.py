@@ -16,6 +16,7 @@ from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
 from profcallbacks.report.analyse.diagnoses.registry import diagnose, with_gpu_span
+from profcallbacks.report.analyse.diagnoses.startup import graph_capture
 from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
@@ -46,6 +47,7 @@ def analyse_trace(model: TraceModel) -> dict[str, Any]:
     if "metrics" in analysis:  # the verdict reads the same path and precision as the diagnoses
         analysis["metrics"]["critical_path"] = analysis.get("critical_path")
         analysis["metrics"]["dtype"] = (analysis.get("throughput") or {}).get("dtype")
+        analysis["metrics"]["graph_capture"] = analysis.get("graph_capture")
     return analysis
 
 
@@ -62,7 +64,8 @@ def capture_expert(capture: Capture | None) -> dict[str, Any]:
         capture = with_gpu_span(capture)
         found, path = diagnose(capture)
         return {"diagnoses": [d.to_dict() for d in found], "throughput": throughput(capture),
-                "critical_path": path.to_dict() if path is not None and path.steps else None}
+                "critical_path": path.to_dict() if path is not None and path.steps else None,
+                "graph_capture": graph_capture(capture)}
     except Exception as exc:  # the rest of the report stands without them
         log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
         return {"diagnoses": [], "throughput": None, "critical_path": None}
@@ -112,6 +115,8 @@ def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
                 acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
         out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
     out["critical_path"] = _pool_paths([m.get("critical_path") for m in metrics])
+    out["graph_capture"] = next((m["graph_capture"] for m in metrics if m.get("graph_capture")),
+                                None)
     dtypes = [m["dtype"] for m in metrics if m.get("dtype")]
     out["dtype"] = max(dtypes, key=dtypes.count) if dtypes else None
     return out

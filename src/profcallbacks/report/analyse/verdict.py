@@ -186,6 +186,13 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
                     "or a GPU in deviceProperties): this verdict reads the host only", *evidence]
         advice = ["Record the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                   "ProfilerActivity.CUDA]) (profcallbacks records both by default).", *advice]
+    captured = m.get("graph_capture")
+    if captured:  # the launches went into a graph: nothing here says how the run runs
+        evidence = [f"this trace records a CUDA/HIP graph capture: {captured['launches']} kernel "
+                    f"launches recorded into a graph, {captured['executed']} kernels run; it shows "
+                    "how the graph was built, not how the step runs", *evidence]
+        advice = ["Profile steps that replay the graph (cudaGraphLaunch/hipGraphLaunch), past "
+                  "the capture, to judge the run; the step already uses graphs."]
     share_of = "step" if kind in ("communication_bound", "host_bound") and not gpu else SHARE_OF[kind]
     if by_path:
         share_of = "critical path"

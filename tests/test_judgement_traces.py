@@ -130,3 +130,15 @@ def test_traces_that_run_their_kernels_are_no_graph_capture():
         assert cap is not None and graph_capture(cap) is None, name
     cap = read_trace_file(CAPTURE).capture
     assert cap is not None and graph_capture(cap) == {"launches": 428, "executed": 7}
+
+
+def test_a_capture_that_is_mostly_start_up_says_so(tmp_path):
+    # HTA's AlexNet benchmark trace: 97% of it is start-up (lazy CUDA init, module loading); its
+    # verdict read host_bound 99% with launch advice, as if the run were steady
+    trace = HERE / "data" / "gpu-traces" / "alexnet_critical_path.pt.trace.json.gz"
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(trace, run / trace.name)
+    verdict = build_report(locate_run(run))["verdict"]
+    assert verdict["evidence"][0].startswith("97% of the capture (42116 ms) is one-off start-up")
+    assert verdict["advice"][0].startswith("Schedule the capture past start-up")

@@ -64,6 +64,9 @@ WASTE_SHARE = 0.15
 HEADLINE_WASTE_SHARE = 0.25
 HOST_IDLE_SHARE = 0.30
 MARGIN = 0.03
+COLD_SHARE = 0.5
+"""From this share of the capture in one-off start-up work (``cold_start``) on, the verdict says
+it mostly reads start-up and first advises a capture past it."""
 COMPUTE_SHARE = 0.50
 KINDS = ("input_bound", "host_bound", "sync_bound", "copy_bound", "communication_bound",
          "gpu_compute_bound", "cpu_compute_bound", "balanced")
@@ -181,6 +184,13 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
                     f"{step:.1f} ms span is read as one step; host and data wait are unknown",
                     *evidence]
+    cold = next((d for d in diagnoses or [] if d.get("kind") == "cold_start"), None)
+    if cold is not None and float(cold.get("gain_share", 0.0)) >= COLD_SHARE:
+        cold_ms = float((cold.get("details") or {}).get("cold_ms", 0.0))
+        evidence = [f"{float(cold['gain_share']):.0%} of the capture ({cold_ms:.0f} ms) is one-off "
+                    "start-up work (cold_start): these numbers mostly read start-up, not the "
+                    "steady state", *evidence]
+        advice = [*cold.get("fix", [])[:1], *advice]
     if ctx.gpu_unrecorded and not gpu:
         evidence = ["no GPU activity was recorded, yet this is a GPU job (CUDA/HIP runtime calls "
                     "or a GPU in deviceProperties): this verdict reads the host only", *evidence]

@@ -152,7 +152,7 @@ def test_unfused_sgd_saves_only_the_gpu_idle_inside_the_optimizer():
     assert "fused=True" in d.fix[0]
     assert d.details["optimizer_ms"] == pytest.approx(12.49, abs=0.01)
     assert 6.0 < d.gain_ms < 8.0  # the GPU idle inside the optimizer ranges
-    assert "per-parameter operators" in d.details["basis"] and "GPU idle" in d.details["basis"]
+    assert "per-parameter loop's host cost" in d.details["basis"] and "GPU idle" in d.details["basis"]
 
 
 # ---- synthetic traces: patterns no public trace here shows --------------------------------

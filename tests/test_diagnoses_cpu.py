@@ -71,7 +71,11 @@ def test_unfused_optimizer_only_for_the_per_parameter_loop(tmp_path, foreach):
     # the gain is the dispatch foreach removes, not the optimizer's whole time (the arithmetic
     # stays): fewer ms than the optimizer takes, with its basis in words
     assert d["gain_ms"] < d["details"]["optimizer_ms"]
-    assert "per-parameter operators per step replaced by" in d["details"]["basis"]
+    assert "per-parameter loop's host cost" in d["details"]["basis"]
+    # 160 tiny parameters: the loop is almost all host cost (dispatch and the Python between
+    # operators), which one multi-tensor call per operator removes; counting only the median gap
+    # between operators predicted 1.74 ms where foreach saved 7.26 ms (benchmarks/calibration.py)
+    assert d["gain_ms"] > 0.5 * d["details"]["optimizer_ms"]
     [live] = [f for f in prof.findings if f.kind == CAPTURE_VERDICT]
     assert "unfused_optimizer" in [x["kind"] for x in live.details["diagnoses"]]
     assert len(live.details["diagnoses"]) <= 3

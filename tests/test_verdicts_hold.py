@@ -216,3 +216,16 @@ def test_live_stall_advice_and_the_report_follow_one_worker_rule(cpus, workers):
         assert f"num_workers={want}" in report or f"to {want}" in report, report
     else:
         assert "make each batch cheaper" in live and "make each batch cheaper" in report
+
+
+def test_workers_at_the_rules_cap_are_not_said_to_use_every_core():
+    # 8 workers on 16 cores: the rule's cap (each worker holds a copy of the dataset), not every
+    # core; both the live finding and the report said "already uses every CPU/core"
+    info = {"type": "DataLoader", "num_workers": 8, "cpus": 16}
+    live = " ".join(stall_advice(info, bursty=False))
+    report = verdict_advice("input_bound", RunContext(device="cpu", loader=info))[0]
+    for text in (live, report):
+        assert "every core" not in text and "every CPU" not in text, text
+        assert "at most 8" in text and "make each batch cheaper" in text
+    full = {"type": "DataLoader", "num_workers": 2, "cpus": 2}
+    assert "every core this process may use" in " ".join(stall_advice(full, bursty=False))

@@ -97,3 +97,10 @@ BLOCKING_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D",
 """Runtime copy calls that return only when the copy is done, whatever its direction (CUDA, HIP)."""
 ASYNC_COPY_CALLS = (ASYNC_COPY_CALL, "hipMemcpyAsync")
 """Runtime copy calls that block only when the copy goes to pageable host memory (CUDA, HIP)."""
+GRAPH_CAPTURE_CALLS = ("cudaStreamBeginCapture", "hipStreamBeginCapture", "cudaStreamEndCapture",
+                       "hipStreamEndCapture", "cudaStreamGetCaptureInfo",
+                       "cudaStreamGetCaptureInfo_v2", "hipStreamGetCaptureInfo",
+                       "cudaStreamIsCapturing", "hipStreamIsCapturing")
+"""Runtime calls of CUDA/HIP graph capture: launches between them are recorded, not run."""
+LAUNCH_CALL_PART = "LaunchKernel"
+"""In every kernel launch call's name (cudaLaunchKernel, hipModuleLaunchKernel, cuLaunchKernel)."""

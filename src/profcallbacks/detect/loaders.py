@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profcallbacks.core.cpus import loader_workers, usable_cpus
+from profcallbacks.core.cpus import MAX_WORKERS, loader_workers, usable_cpus
 
 LoaderInfo = dict[str, Any]
 # attributes through which known wrappers reach the function that really builds the batch: the
@@ -164,9 +164,13 @@ def stall_advice(info: LoaderInfo, *, bursty: bool, startup: bool = False) -> li
         if workers < loader_workers(cpus):
             advice.append(f"num_workers={workers} workers cannot keep up: raise num_workers "
                           f"to {loader_workers(cpus)} (one per core this process may use: {cpus})")
-        else:
-            advice.append(f"num_workers={workers} already uses every CPU: make each batch "
-                          "cheaper rather than adding workers")
+        elif workers >= cpus:
+            advice.append(f"num_workers={workers} already uses every core this process may use "
+                          f"({cpus}): make each batch cheaper rather than adding workers")
+        else:  # at the rule's cap, with cores to spare
+            advice.append(f"num_workers={workers} is already the most the one worker-count rule "
+                          f"gives (one per core, at most {MAX_WORKERS}): make each batch cheaper "
+                          "rather than adding workers, each of which holds a copy of the dataset")
         if passes > 1 and restarts_workers(info):
             advice.append(f"set persistent_workers=True: the workers were started again for "
                           f"each of the {passes} passes over the loader so far, and each pass's "

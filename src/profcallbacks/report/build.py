@@ -21,6 +21,7 @@ from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with
 from profcallbacks.report.analyse.memory import memory_report
 from profcallbacks.report.analyse.ranks import job_view
 from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
+from profcallbacks.report.analyse.verdict import with_stragglers
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
 from profcallbacks.report.read.files import as_int as _int
@@ -158,10 +159,12 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         c["rank_verdicts"] = rank_verdicts(analyses, sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         c["job"] = job_view(rows, c["rank_verdicts"])
+        c["verdict"] = with_stragglers(c["verdict"], c["job"])
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
     latest = [c for c in captures if c["run"] == split.runs]
     verdict = run_verdict(latest, sync_sites, context=context)
+    verdict = with_stragglers(verdict, latest[-1]["job"] if latest else None)
     chosen = [c for c in latest if c["trigger"] not in UNHEALTHY_TRIGGERS] or latest
     run_diagnoses = pool_diagnoses([(c["directory"], c["diagnoses"]) for c in chosen])
     for c in captures:

@@ -212,6 +212,10 @@ def _input(ctx: RunContext) -> list[str]:
         first = f"Raise DataLoader num_workers (now {workers}) and prefetch_factor"
     elif isinstance(workers, int) and workers < want:
         first = f"Raise DataLoader num_workers from {workers} to {want} and prefetch_factor"
+    elif isinstance(workers, int) and cpus is not None and workers < cpus:
+        first = (f"num_workers={workers} is already the most the one worker-count rule gives "
+                 f"(one per core, at most {MAX_WORKERS}): make each batch cheaper rather than "
+                 "adding workers")
     elif isinstance(workers, int):
         first = (f"num_workers={workers} already uses every core this process may use: make "
                  "each batch cheaper rather than adding workers")

@@ -15,7 +15,8 @@ from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
-from profcallbacks.report.analyse.diagnoses.registry import diagnose
+from profcallbacks.report.analyse.diagnoses.registry import diagnose, with_gpu_span
+from profcallbacks.report.analyse.diagnoses.startup import graph_capture
 from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
@@ -46,6 +47,7 @@ def analyse_trace(model: TraceModel) -> dict[str, Any]:
     if "metrics" in analysis:  # the verdict reads the same path and precision as the diagnoses
         analysis["metrics"]["critical_path"] = analysis.get("critical_path")
         analysis["metrics"]["dtype"] = (analysis.get("throughput") or {}).get("dtype")
+        analysis["metrics"]["graph_capture"] = analysis.get("graph_capture")
     return analysis
 
 
@@ -59,9 +61,11 @@ def capture_expert(capture: Capture | None) -> dict[str, Any]:
     if capture is None:
         return {"diagnoses": [], "throughput": None, "critical_path": None}
     try:
+        capture = with_gpu_span(capture)
         found, path = diagnose(capture)
         return {"diagnoses": [d.to_dict() for d in found], "throughput": throughput(capture),
-                "critical_path": path.to_dict() if path is not None and path.steps else None}
+                "critical_path": path.to_dict() if path is not None and path.steps else None,
+                "graph_capture": graph_capture(capture)}
     except Exception as exc:  # the rest of the report stands without them
         log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
         return {"diagnoses": [], "throughput": None, "critical_path": None}
@@ -111,6 +115,8 @@ def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
                 acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
         out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
     out["critical_path"] = _pool_paths([m.get("critical_path") for m in metrics])
+    out["graph_capture"] = next((m["graph_capture"] for m in metrics if m.get("graph_capture")),
+                                None)
     dtypes = [m["dtype"] for m in metrics if m.get("dtype")]
     out["dtype"] = max(dtypes, key=dtypes.count) if dtypes else None
     return out
@@ -129,7 +135,9 @@ def _pool_paths(paths: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     length = out["length_ms"]
     out["gpu_share"] = out["gpu_ms"] / length if length > 0 else 0.0
     out["host_share"] = 1.0 - out["gpu_share"] if length > 0 else 0.0
-    out["bound"] = "gpu" if out["gpu_share"] >= 0.5 else "host"
+    out["host_share_median"] = sum(p.get("host_share_median", p["host_share"]) * p["steps"]
+                                   for p in known) / steps
+    out["bound"] = "gpu" if out["host_share_median"] <= 0.5 else "host"
     out["steps"] = steps
     return out
 

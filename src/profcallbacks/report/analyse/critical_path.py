@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,9 +89,16 @@ class CriticalPath:
         """The host's part: its own time, the data wait and the launches it was late with."""
         return 1.0 - self.gpu_share if self.length_ms > 0 else 0.0
 
+    @property
+    def host_share_median(self) -> float:
+        """The host's part of the median step's path: one odd step (the profiler's first active
+        step, a checkpoint) does not decide the reading."""
+        shares = [1.0 - r["gpu"] / sum(r.values()) for r in self.per_step if sum(r.values()) > 0]
+        return statistics.median(shares) if shares else self.host_share
+
     def bound(self) -> str:
-        """``"gpu"`` or ``"host"``: the side holding most of the path."""
-        return "gpu" if self.gpu_share >= 0.5 else "host"
+        """``"gpu"`` or ``"host"``: the side holding most of the median step's path."""
+        return "gpu" if self.host_share_median <= 0.5 else "host"
 
     def sentence(self) -> str:
         """The path in words: what would shorten the step (``describe``)."""
@@ -100,7 +108,9 @@ class CriticalPath:
         return {"length_ms": round(self.length_ms, 4), "gpu_ms": round(self.gpu_ms, 4),
                 "launch_ms": round(self.launch_ms, 4), "host_ms": round(self.host_ms, 4),
                 "data_ms": round(self.data_ms, 4), "gpu_share": round(self.gpu_share, 4),
-                "host_share": round(self.host_share, 4), "bound": self.bound(), "steps": self.steps}
+                "host_share": round(self.host_share, 4),
+                "host_share_median": round(self.host_share_median, 4), "bound": self.bound(),
+                "steps": self.steps}
 
 
 def describe(path: Mapping[str, Any]) -> str:

@@ -36,9 +36,11 @@ Thresholds and why:
 - The critical path (``critical_path.py``, ``m["critical_path"]``) says which side a fix must
   shorten: every GPU verdict names it (``shortened_by``, and one evidence line), and a GPU that
   computes most of its own span while the host holds more than ``1/2 + MARGIN`` of the step's
-  path is ``host_bound`` with the host's part of the path as its share (``share_of``: ``critical
-  path``): faster kernels would not shorten that step (a compiled trace whose one 2 us kernel
-  ran in a 13 s step of compilation; a ResNet-50 whose host launches 1,500 kernels a step).
+  path (its median step's, so one odd step does not decide) is ``host_bound`` with the host's
+  part of that path as its share (``share_of``: ``critical path``): faster kernels would not
+  shorten that step (a compiled trace whose one 2 us kernel ran in a 13 s step of compilation).
+  Within ``MARGIN`` of half, ``gpu_compute_bound`` is close to ``host_bound`` (kineto's
+  ResNet-50 with 4 workers: host and GPU each hold about half of its steady steps' path).
 - ``MARGIN`` = 0.03: a share within 3 points of the threshold that decided between the verdict
   and another kind makes the verdict *close*: ``close_to`` names the other kind, and, given the
   kind of the run's previous capture (``previous``), a close call keeps that kind instead of
@@ -62,6 +64,9 @@ WASTE_SHARE = 0.15
 HEADLINE_WASTE_SHARE = 0.25
 HOST_IDLE_SHARE = 0.30
 MARGIN = 0.03
+COLD_SHARE = 0.5
+"""From this share of the capture in one-off start-up work (``cold_start``) on, the verdict says
+it mostly reads start-up and first advises a capture past it."""
 COMPUTE_SHARE = 0.50
 KINDS = ("input_bound", "host_bound", "sync_bound", "copy_bound", "communication_bound",
          "gpu_compute_bound", "cpu_compute_bound", "balanced")
@@ -144,17 +149,20 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         close_to = (max(below, key=lambda c: c[1])[0] if below
                     else compute[0] if near_compute and compute else None)
     path: dict[str, Any] | None = m.get("critical_path") if gpu else None
-    by_path = (path is not None and kind == "gpu_compute_bound"
-               and path["host_share"] >= 0.5 + MARGIN)
+    host_path = float(path.get("host_share_median", path["host_share"])) if path else 0.0
+    by_path = path is not None and kind == "gpu_compute_bound" and host_path >= 0.5 + MARGIN
     if by_path and path is not None:
-        kind, share = "host_bound", float(path["host_share"])
-        close_to = "gpu_compute_bound" if path["host_share"] - 0.5 < 2 * MARGIN else None
-        evidence = [f"the host holds {path['host_share']:.0%} of the step's critical path "
+        kind, share = "host_bound", host_path
+        close_to = "gpu_compute_bound" if host_path - 0.5 < 2 * MARGIN else None
+        evidence = [f"the host holds {host_path:.0%} of the median step's critical path "
                     f"({path['host_ms'] + path['launch_ms']:.2f} ms host, {path['data_ms']:.2f} ms "
                     f"data wait, {path['gpu_ms']:.2f} ms GPU per step), although the GPU computes "
                     f"{_pct(gpu['compute_share']) if gpu else '-'} of its own span: faster kernels "
-                    f"shorten only the GPU's {1 - path['host_share']:.0%} of it",
+                    f"shorten only the GPU's {1 - host_path:.0%} of it",
                     *(compute[2] if compute else [])]
+    elif path is not None and kind == "gpu_compute_bound" and close_to is None \
+            and host_path >= 0.5 - MARGIN:  # the host holds about half the path
+        close_to = "host_bound"
     held = False
     if close_to is not None and previous == close_to and previous != kind and not by_path:
         alt = _kind_share(previous, waste, compute, m, step, gpu)
@@ -176,11 +184,25 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
                     f"{step:.1f} ms span is read as one step; host and data wait are unknown",
                     *evidence]
+    cold = next((d for d in diagnoses or [] if d.get("kind") == "cold_start"), None)
+    if cold is not None and float(cold.get("gain_share", 0.0)) >= COLD_SHARE:
+        cold_ms = float((cold.get("details") or {}).get("cold_ms", 0.0))
+        evidence = [f"{float(cold['gain_share']):.0%} of the capture ({cold_ms:.0f} ms) is one-off "
+                    "start-up work (cold_start): these numbers mostly read start-up, not the "
+                    "steady state", *evidence]
+        advice = [*cold.get("fix", [])[:1], *advice]
     if ctx.gpu_unrecorded and not gpu:
         evidence = ["no GPU activity was recorded, yet this is a GPU job (CUDA/HIP runtime calls "
                     "or a GPU in deviceProperties): this verdict reads the host only", *evidence]
         advice = ["Record the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                   "ProfilerActivity.CUDA]) (profcallbacks records both by default).", *advice]
+    captured = m.get("graph_capture")
+    if captured:  # the launches went into a graph: nothing here says how the run runs
+        evidence = [f"this trace records a CUDA/HIP graph capture: {captured['launches']} kernel "
+                    f"launches recorded into a graph, {captured['executed']} kernels run; it shows "
+                    "how the graph was built, not how the step runs", *evidence]
+        advice = ["Profile steps that replay the graph (cudaGraphLaunch/hipGraphLaunch), past "
+                  "the capture, to judge the run; the step already uses graphs."]
     share_of = "step" if kind in ("communication_bound", "host_bound") and not gpu else SHARE_OF[kind]
     if by_path:
         share_of = "critical path"
@@ -335,3 +357,39 @@ def _items(rows: list[dict[str, Any]], key: str, limit: int = 3) -> str:
 
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+WAITING_KINDS = ("communication_bound", "sync_bound")
+"""Verdicts whose time a late rank can cause: the others wait for it in collectives."""
+
+
+def with_stragglers(verdict: dict[str, Any] | None,
+                    job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``verdict`` naming the straggler ranks of ``job`` (``ranks.job_view``) as the cause when it
+    reads waiting in collectives: a rank that arrives early waits there for the last one, so its
+    collective time is the late rank's doing, not communication. ``waiting_for`` lists those ranks
+    (empty when none); the first evidence line and the first advice name them.
+
+    Example:
+        >>> v = {"kind": "communication_bound", "evidence": ["comm 80%"], "advice": ["Overlap."]}
+        >>> job = {"stragglers": [{"rank": 3, "host": "n1", "others_wait_ms": 4.0}]}
+        >>> with_stragglers(v, job)["waiting_for"], with_stragglers(v, job)["advice"][0][:26]
+        ([3], 'Find why rank 3 on n1 arri')
+    """
+    if verdict is None:
+        return None
+    slow = (job or {}).get("stragglers") or []
+    if not slow or verdict.get("kind") not in WAITING_KINDS:
+        return dict(verdict, waiting_for=[])
+    ranks = [s["rank"] for s in slow]
+    named = ", ".join(f"rank {s['rank']}" + (f" on {s['host']}" if s.get("host") else "")
+                      for s in slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
+    worst = max(float(s["others_wait_ms"]) for s in slow)
+    line = (f"the other ranks wait in the collectives for {named}, which arrive last (up to "
+            f"{worst:.2f} ms per step): that part of the collective time is the late rank's, not "
+            "communication")
+    advice = (f"Find why {named} arrive{'s' if len(slow) == 1 else ''} late at the collectives "
+              "(compare their data wait, host and GPU time with the other ranks'): speeding up "
+              "the communication cannot remove that wait.")
+    return dict(verdict, evidence=[line, *verdict.get("evidence", [])],
+                advice=[advice, *verdict.get("advice", [])], waiting_for=ranks)

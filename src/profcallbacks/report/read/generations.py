@@ -74,8 +74,8 @@ class TraceFormat:
 
     def problem(self) -> str | None:
         """One sentence naming what could not be understood, or ``None``."""
-        if self.cpu_ops or not self.categories:
-            return None
+        if self.cpu_ops or not self.categories or self.device_events:
+            return None  # GPU events alone are read: the GPU's span is the step
         seen = ", ".join(f"{c} ({n})" for c, n in sorted(self.categories.items(),
                                                           key=lambda kv: -kv[1])[:8])
         return (f"CPU operators not found: categories seen {seen}; expected cpu_op (torch 2.x) "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from profcallbacks.report.analyse.critical_path import CriticalPath, critical_path
@@ -64,6 +65,15 @@ def diagnose(cap: Capture) -> tuple[list[Diagnosis], CriticalPath | None]:
     for d in found:
         d.details["per"] = "capture" if cap.whole_span else "step"
     return found, path
+
+
+def with_gpu_span(cap: Capture) -> Capture:
+    """``cap``, or for a trace of GPU events alone (no CPU operators, so no host span) the same
+    capture with the GPU's span as its one step (``whole_span``): its kernels are read."""
+    if cap.span_ms() > 0 or not cap.has_gpu:
+        return cap
+    start, end = min(k.ts for k in cap.kernels), max(k.end for k in cap.kernels)
+    return replace(cap, steps=[(start, end, -1)], whole_span=True)
 
 
 def _path(cap: Capture) -> CriticalPath | None:

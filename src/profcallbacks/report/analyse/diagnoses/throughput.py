@@ -92,7 +92,7 @@ def throughput(cap: Capture, peak_tflops: float | None = None) -> dict[str, Any]
     too fast)."""
     step_ms = cap.step_ms()
     gpu_ms = gpu_step_ms(cap)
-    step_source = "host"
+    step_source = "gpu" if cap.has_gpu and not cap.ops else "host"  # GPU events alone: its span
     if gpu_ms is not None and gpu_ms > step_ms:
         step_ms, step_source = gpu_ms, "gpu"
     steps_per_s = 1e3 / step_ms if step_ms > 0 and not cap.whole_span else None

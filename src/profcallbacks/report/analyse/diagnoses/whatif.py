@@ -11,8 +11,8 @@ independent gains from adding up to more than the step.
 - :func:`idle_caused`: the GPU idle a set of host waits causes: from each wait's start to the
   first GPU activity after it returns (the GPU drains its queue while the host waits, then waits
   for the host to launch again), minus the time the GPU was busy meanwhile.
-- :func:`dispatch_saving`: operators a multi-tensor (foreach) or compiled version removes, times
-  the per-operator host cost measured in the trace (:func:`per_op_us`).
+- :func:`per_op_us` and :func:`dispatch_floor`: an operator's host cost without its arithmetic,
+  as the trace measures it (what a compiled step or a multi-tensor call still pays per call).
 - :func:`bound_by_path`: a fix shortens the step by at most its side's part of the critical path
   (``critical_path.py``): a GPU-side fix (TF32, fused attention, fewer device copies) by the GPU's
   part, a host-side fix (fewer operators, a fused optimizer, loader workers, a caching allocator)
@@ -73,9 +73,13 @@ def per_op_us(siblings: Sequence[Op]) -> float:
     return max(statistics.median(costs), MIN_OP_US)
 
 
-def dispatch_saving(removed: int, kept: int, cost_us: float) -> float:
-    """Host time (us) saved when ``removed`` operators of ``cost_us`` each become ``kept``."""
-    return max(removed - kept, 0) * cost_us
+def dispatch_floor(cap: Capture) -> float:
+    """What an operator costs the host without arithmetic (us): the lower quartile of the steps'
+    operator durations (views, transposes, tiny tensors: dispatch only), at least ``MIN_OP_US``."""
+    durations = sorted(o.end - o.ts for o in cap.ops if o.end > o.ts and cap.in_steps(o.ts))
+    if not durations:
+        return MIN_OP_US
+    return max(durations[len(durations) // 4], MIN_OP_US)
 
 
 def loader_saving(wait_ms: float, rest_ms: float, workers: int) -> tuple[float, str]:

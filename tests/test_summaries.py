@@ -186,3 +186,22 @@ def test_summarize_under_torchrun_splits_the_files_between_ranks(logdir, tmp_pat
     assert f"{total} summaries written, 0 kept (still matching), 0 failed, of {total} traces " \
            "over 2 ranks" in proc.stdout
     assert summaries_of(one) == summaries_of(two)
+
+
+PUBLIC = sorted(p for d in ("gpu-traces", "hta-traces", "kineto-traces")
+                for p in (Path(__file__).parent / "data" / d).glob("*.gz")
+                if p.stat().st_size < 1 << 20)
+
+
+@pytest.mark.parametrize("source", PUBLIC, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_public_trace_reports_the_same_from_its_summary(source, tmp_path):
+    """GPU breakdowns, diagnoses and throughput survive the summary (what it leaves out, the
+    GPU's busy intervals, only the per-step shares read, and those are in it)."""
+    trace = tmp_path / source.name
+    shutil.copy2(source, trace)
+    assert summarize(str(tmp_path)).returncode == 0
+    from_summary = build_report(locate_run(trace))
+    assert from_summary["summaries"]["read"] == 1
+    from_trace = build_report(locate_run(trace), summaries=False)
+    assert json.loads(json.dumps(comparable(from_summary))) == \
+        json.loads(json.dumps(comparable(from_trace)))

@@ -22,7 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.claims import CLAIM_PREFIX, RAW_TOKEN, StagingClaim, live_claims
+from profcallbacks.capture.claims import (
+    CLAIM_PREFIX,
+    RAW_TOKEN,
+    StagingClaim,
+    live_claims,
+    owed_elsewhere,
+)
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import postprocess
@@ -173,7 +179,11 @@ class CaptureWriter:
         logdir: Root log directory.
         tracing_ranks: How many ranks write a file into each capture directory.
         publish_timeout_s: At close, how long to wait for other ranks' files before publishing
-            a capture directory with what is there.
+            a capture directory with what is there (and saying it is partial), while no live
+            rank owes it a file (a rank that never started, or was killed).
+        owed_timeout_s: The same while another live rank still owes the capture a file
+            (``claims.owed_elsewhere``: its window is open, or its file is being written): a
+            guard against a rank that hangs, not a time a slow rank is expected to need.
         on_published: Called with each trace (its JSON) before it is written (the live
             verdict); the verdict and diagnoses among its findings go into the trace's findings
             track, and its findings travel back to the training thread once it is published.
@@ -183,12 +193,13 @@ class CaptureWriter:
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 on_published: CaptureHook | None = None,
+                 owed_timeout_s: float = 120.0, on_published: CaptureHook | None = None,
                  after_publish: Callable[[Path, str, list[str]], None] | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
         self.publish_timeout_s = publish_timeout_s
+        self.owed_timeout_s = owed_timeout_s
         self.on_published = on_published
         self._waiting: set[str] = set()
         self._history: list[Any] = []  # the hook's own record of earlier captures
@@ -200,6 +211,8 @@ class CaptureWriter:
         self._left: list[Path] = []  # raw traces a failed write could not remove (read-only)
         self._half: list[tuple[str, str]] = []  # (stage, file) a failed write left half written
         self._claim = StagingClaim(logdir)  # the stages it writes into are a live rank's
+        self.own_claims: tuple[str, ...] = ()
+        """Claims of this rank (its training process's, ...): what they owe is not waited for."""
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -214,12 +227,16 @@ class CaptureWriter:
 
     def close(self) -> None:
         """Publish captures still waiting for other ranks (after a bounded wait)."""
-        deadline = time.monotonic() + self.publish_timeout_s
-        while self._waiting and time.monotonic() < deadline:
+        start = time.monotonic()
+        mine = (self._claim.token, *self.own_claims)
+        while self._waiting:
             for name in list(self._waiting):
                 self._publish(name, force=False)
-            if self._waiting:
-                time.sleep(0.2)
+            owed = any(owed_elsewhere(self._staging, name, mine=mine) for name in self._waiting)
+            if not self._waiting or time.monotonic() - start >= (
+                    self.owed_timeout_s if owed else self.publish_timeout_s):
+                break
+            time.sleep(0.2)
         for name in list(self._waiting):
             self._publish(name, force=True)
         self._remove_left()

@@ -205,3 +205,27 @@ def test_a_public_trace_reports_the_same_from_its_summary(source, tmp_path):
     from_trace = build_report(locate_run(trace), summaries=False)
     assert json.loads(json.dumps(comparable(from_summary))) == \
         json.loads(json.dumps(comparable(from_trace)))
+
+
+def test_summarize_as_an_srun_step_meets_in_the_directory(logdir, tmp_path):
+    """Two processes with an srun step's variables and no MASTER_ADDR: they split the files and
+    meet through a file in the directory (gone afterwards)."""
+    one = foreign_copy(logdir, tmp_path / "one")
+    two = foreign_copy(logdir, tmp_path / "two")
+    assert summarize(str(tmp_path / "one")).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
+                                                              "RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-m", "profcallbacks.cli", "summarize",
+                               str(tmp_path / "two")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**env, "SLURM_PROCID": str(r), "SLURM_STEP_NUM_TASKS": "2",
+                                   "SLURM_NTASKS": "2", "SLURM_JOB_ID": "4242",
+                                   "SLURM_STEP_ID": "0", "OMP_NUM_THREADS": "1"})
+             for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    total = len(two)
+    assert f"{total} summaries written" in outs[0][0] and "over 2 ranks" in outs[0][0]
+    assert outs[1][0] == ""  # the totals are rank 0's to print
+    assert summaries_of(one) == summaries_of(two)
+    assert not list((tmp_path / "two").glob(".profcallbacks-summarize-*"))

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -96,13 +97,13 @@ def test_report_from_summaries_equals_report_from_traces(logdir):
 
 @pytest.mark.skipif(os.geteuid() != 0 and shutil.which("setpriv") is None,
                     reason="needs root and setpriv to run the report as another user")
-def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir, tmp_path):
+def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir):
     expected = report_as_cli(logdir, "--no-summaries")
     assert expected.returncode == 0, expected.stderr
-    root = tmp_path.parent / f"unreadable-{os.getpid()}"
+    shared = Path(tempfile.mkdtemp(prefix="profcallbacks-unreadable-", dir=logdir.parent))
+    os.chmod(shared, 0o755)  # outside pytest's own directory, which only its owner may enter
+    root = shared / "logs"
     shutil.copytree(logdir, root)
-    os.chmod(root.parent, 0o755)
-    os.chmod(tmp_path.parent.parent, 0o755) if os.geteuid() == 0 else None
     for trace in traces(root):
         trace.chmod(0)  # no byte of it can be read: a report that opened one would say so
     user = NOBODY if os.geteuid() == 0 else None
@@ -116,7 +117,7 @@ def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir, tmp_path):
         parsing = report_as_cli(root, "--no-summaries", user=user)  # the control: it fails
         assert "Permission denied" in parsing.stderr or json.loads(parsing.stdout)["problems"]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_a_changed_trace_makes_its_summary_stale_and_is_read_again(logdir, tmp_path):

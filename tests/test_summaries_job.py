@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import many_ranks  # noqa: E402
 
 from profcallbacks.report import build_report, locate_run  # noqa: E402
+from profcallbacks.report.render.html import render_html  # noqa: E402
 from profcallbacks.report.render.text import render_text  # noqa: E402
 
 RANKS = 64
@@ -52,6 +53,9 @@ def test_the_report_names_the_two_slow_ranks_and_their_host(job):
     assert "stragglers (the others wait for them): ranks 19, 21 on node-02" in text
     assert "straggler rank 19 on node-02" in text
     assert len([line for line in text.splitlines() if "straggler rank" in line]) == 2
+    assert f"and {RANKS - 3} more ({RANKS} files)" in text  # one line, not 64 names
+    page = render_html(report)
+    assert "ranks 19, 21 on node-02" in page and f"and {RANKS - 8} more" in page
 
 
 def test_the_same_stragglers_from_the_traces(job):

@@ -234,3 +234,10 @@ def test_summarize_as_an_srun_step_meets_in_the_directory(logdir, tmp_path):
     assert outs[1][0] == ""  # the totals are rank 0's to print
     assert summaries_of(one) == summaries_of(two)
     assert not list((tmp_path / "two").glob(".profcallbacks-summarize-*"))
+
+
+def test_summarize_refuses_a_bad_call(tmp_path):
+    done = summarize(str(tmp_path), "--processes", "0")
+    assert done.returncode == 2 and "--processes must be at least 1, got 0" in done.stderr
+    done = summarize(str(tmp_path / "missing"))
+    assert done.returncode == 2 and "no such file or directory" in done.stderr

@@ -182,18 +182,22 @@ def main() -> int:
             summary_kib = sum(f.with_name(f.name + ".summary.json").stat().st_size
                               for f in files) / 1024
             wall_r, rss_r, fast = run_child(["report", str(logdir), "--format", "json"])
+            wall_rt, rss_rt, fast_text = run_child(["report", str(logdir)])
             wall_t, rss_t, slow = run_child(["report", str(logdir), "--format", "json",
                                              "--no-summaries"])
+            wall_tt, rss_tt, slow_text = run_child(["report", str(logdir), "--no-summaries"])
             a, b = json.loads(fast.stdout), json.loads(slow.stdout)
+            assert fast_text.stdout == slow_text.stdout, "the text reports differ"
             print(f"{n} ranks: traces {mib:.1f} MiB gz (made in {made:.1f} s); summaries "
                   f"{summary_kib / n:.1f} KiB per rank")
             print(f"  summarize --processes {args.processes}: {wall_s:.2f} s, peak RSS "
                   f"{rss_s:.0f} MiB (parent)")
-            print(f"  report from summaries: {wall_r:.2f} s, peak RSS {rss_r:.0f} MiB; read "
-                  f"{a['summaries']['read']}, parsed {a['summaries']['parsed']}")
-            print(f"  report from traces:    {wall_t:.2f} s, peak RSS {rss_t:.0f} MiB; parsed "
-                  f"{b['summaries']['parsed']}")
-            print(f"  ratio traces/summaries: {wall_t / wall_r:.1f}x")
+            print(f"  report (text) from summaries: {wall_rt:.2f} s, peak RSS {rss_rt:.0f} MiB; "
+                  f"from traces: {wall_tt:.2f} s, {rss_tt:.0f} MiB; ratio {wall_tt / wall_rt:.1f}x")
+            print(f"  report --format json from summaries: {wall_r:.2f} s, peak RSS {rss_r:.0f} "
+                  f"MiB (read {a['summaries']['read']}, parsed {a['summaries']['parsed']}); from "
+                  f"traces: {wall_t:.2f} s, {rss_t:.0f} MiB (parsed {b['summaries']['parsed']}); "
+                  f"ratio {wall_t / wall_r:.1f}x")
             print(f"  stragglers: {stragglers(a)} (from traces: {stragglers(b)})")
             print(f"  job: {a['captures'][0]['job']['sentence']}")
     finally:

@@ -141,8 +141,9 @@ def test_a_planted_capture_directory_symlink_never_receives_the_trace(tmp_path, 
     (logdir / "step000002-schedule").symlink_to(victim)
     _train(logdir)
     assert _contents(victim) == before
-    (trace,) = (logdir / "step000002-schedule-2").iterdir()
-    assert stat.S_ISREG(os.lstat(trace).st_mode)
+    trace, summary = sorted((logdir / "step000002-schedule-2").iterdir())  # and its summary
+    assert summary.name == trace.name + ".summary.json"
+    assert stat.S_ISREG(os.lstat(trace).st_mode) and stat.S_ISREG(os.lstat(summary).st_mode)
     assert profiler_steps(load_trace(trace)) == [2, 3]
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -96,13 +97,13 @@ def test_report_from_summaries_equals_report_from_traces(logdir):
 
 @pytest.mark.skipif(os.geteuid() != 0 and shutil.which("setpriv") is None,
                     reason="needs root and setpriv to run the report as another user")
-def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir, tmp_path):
+def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir):
     expected = report_as_cli(logdir, "--no-summaries")
     assert expected.returncode == 0, expected.stderr
-    root = tmp_path.parent / f"unreadable-{os.getpid()}"
+    shared = Path(tempfile.mkdtemp(prefix="profcallbacks-unreadable-", dir=logdir.parent))
+    os.chmod(shared, 0o755)  # outside pytest's own directory, which only its owner may enter
+    root = shared / "logs"
     shutil.copytree(logdir, root)
-    os.chmod(root.parent, 0o755)
-    os.chmod(tmp_path.parent.parent, 0o755) if os.geteuid() == 0 else None
     for trace in traces(root):
         trace.chmod(0)  # no byte of it can be read: a report that opened one would say so
     user = NOBODY if os.geteuid() == 0 else None
@@ -116,7 +117,7 @@ def test_report_reads_no_trace_when_the_traces_are_unreadable(logdir, tmp_path):
         parsing = report_as_cli(root, "--no-summaries", user=user)  # the control: it fails
         assert "Permission denied" in parsing.stderr or json.loads(parsing.stdout)["problems"]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_a_changed_trace_makes_its_summary_stale_and_is_read_again(logdir, tmp_path):
@@ -134,6 +135,10 @@ def test_a_changed_trace_makes_its_summary_stale_and_is_read_again(logdir, tmp_p
     assert sources[str(third.relative_to(root))] == "summary"
     first.with_name(summary_file_name(first.name)).unlink()
     assert build_report(locate_run(root))["summaries"]["missing"] == 1
+    if os.geteuid() == 0:  # a summary of another user than its trace's is never taken
+        os.chown(third.with_name(summary_file_name(third.name)), NOBODY, NOBODY)
+        stale = build_report(locate_run(root))["summaries"]["stale"]
+        assert any(s["file"] == str(third) and "owned by user" in s["why"] for s in stale)
 
 
 def foreign_copy(logdir: Path, into: Path) -> list[Path]:
@@ -186,3 +191,53 @@ def test_summarize_under_torchrun_splits_the_files_between_ranks(logdir, tmp_pat
     assert f"{total} summaries written, 0 kept (still matching), 0 failed, of {total} traces " \
            "over 2 ranks" in proc.stdout
     assert summaries_of(one) == summaries_of(two)
+
+
+PUBLIC = sorted(p for d in ("gpu-traces", "hta-traces", "kineto-traces")
+                for p in (Path(__file__).parent / "data" / d).glob("*.gz")
+                if p.stat().st_size < 1 << 20)
+
+
+@pytest.mark.parametrize("source", PUBLIC, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_public_trace_reports_the_same_from_its_summary(source, tmp_path):
+    """GPU breakdowns, diagnoses and throughput survive the summary (what it leaves out, the
+    GPU's busy intervals, only the per-step shares read, and those are in it)."""
+    trace = tmp_path / source.name
+    shutil.copy2(source, trace)
+    assert summarize(str(tmp_path)).returncode == 0
+    from_summary = build_report(locate_run(trace))
+    assert from_summary["summaries"]["read"] == 1
+    from_trace = build_report(locate_run(trace), summaries=False)
+    assert json.loads(json.dumps(comparable(from_summary))) == \
+        json.loads(json.dumps(comparable(from_trace)))
+
+
+def test_summarize_as_an_srun_step_meets_in_the_directory(logdir, tmp_path):
+    """Two processes with an srun step's variables and no MASTER_ADDR: they split the files and
+    meet through a file in the directory (gone afterwards)."""
+    one = foreign_copy(logdir, tmp_path / "one")
+    two = foreign_copy(logdir, tmp_path / "two")
+    assert summarize(str(tmp_path / "one")).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
+                                                              "RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([sys.executable, "-m", "profcallbacks.cli", "summarize",
+                               str(tmp_path / "two")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**env, "SLURM_PROCID": str(r), "SLURM_STEP_NUM_TASKS": "2",
+                                   "SLURM_NTASKS": "2", "SLURM_JOB_ID": "4242",
+                                   "SLURM_STEP_ID": "0", "OMP_NUM_THREADS": "1"})
+             for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    total = len(two)
+    assert f"{total} summaries written" in outs[0][0] and "over 2 ranks" in outs[0][0]
+    assert outs[1][0] == ""  # the totals are rank 0's to print
+    assert summaries_of(one) == summaries_of(two)
+    assert not list((tmp_path / "two").glob(".profcallbacks-summarize-*"))
+
+
+def test_summarize_refuses_a_bad_call(tmp_path):
+    done = summarize(str(tmp_path), "--processes", "0")
+    assert done.returncode == 2 and "--processes must be at least 1, got 0" in done.stderr
+    done = summarize(str(tmp_path / "missing"))
+    assert done.returncode == 2 and "no such file or directory" in done.stderr

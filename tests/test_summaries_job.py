@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import many_ranks  # noqa: E402
 
 from profcallbacks.report import build_report, locate_run  # noqa: E402
+from profcallbacks.report.render.html import render_html  # noqa: E402
 from profcallbacks.report.render.text import render_text  # noqa: E402
 
 RANKS = 64
@@ -52,6 +53,9 @@ def test_the_report_names_the_two_slow_ranks_and_their_host(job):
     assert "stragglers (the others wait for them): ranks 19, 21 on node-02" in text
     assert "straggler rank 19 on node-02" in text
     assert len([line for line in text.splitlines() if "straggler rank" in line]) == 2
+    assert f"and {RANKS - 3} more ({RANKS} files)" in text  # one line, not 64 names
+    page = render_html(report)
+    assert "ranks 19, 21 on node-02" in page and f"and {RANKS - 8} more" in page
 
 
 def test_the_same_stragglers_from_the_traces(job):
@@ -83,3 +87,19 @@ def test_a_large_capture_merges_its_slowest_ranks_and_a_median_one(tmp_path):
     meta = merge_capture(chosen, tmp_path / "all-ranks.4.trace.json.gz", budget_bytes=None)
     assert sorted(r["rank"] for r in meta["ranks"]) == sorted(ranks)
     assert merge_choice(files[:MERGE_ALL_UP_TO]) == files[:MERGE_ALL_UP_TO]
+
+
+def test_a_capture_of_many_ranks_keeps_per_step_rows_of_the_ranks_that_stand_out(tmp_path):
+    from profcallbacks.report.analyse.ranks import DETAIL_UP_TO
+
+    ranks = DETAIL_UP_TO + 8
+    many_ranks.simulate_job(tmp_path / "logs", ranks)
+    report = build_report(locate_run(tmp_path / "logs"))
+    [capture] = report["captures"]
+    job = capture["job"]
+    kept = {f["rank"] for f in capture["files"] if "host_steps" in f}
+    standing_out = {19, 21} | {d["worst_rank"] for d in job["distributions"].values()}
+    assert kept == standing_out and len(capture["files"]) == ranks
+    assert {r["rank"] for r in capture["breakdown"]["per_step"]} == standing_out
+    assert {r["rank"] for r in report["breakdown"]["per_step"]} == standing_out
+    assert capture["breakdown"]["steps"] == ranks * 3  # the means still count every rank

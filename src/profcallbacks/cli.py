@@ -260,7 +260,7 @@ def _summarize(args: argparse.Namespace) -> int:
         print(f"profcallbacks: rank {rank} of {world_size} summarises {len(mine)} of "
               f"{len(files)} traces", file=sys.stderr)
     result = gather_counts(summarize_files(mine, processes=args.processes, force=args.force),
-                           world_size)
+                           rank, world_size, run.root)
     for path, why in result.failed if rank == 0 else []:
         print(visible(f"profcallbacks: no summary for {path}: {why}"), file=sys.stderr)
     if rank == 0:

@@ -10,7 +10,7 @@ from profcallbacks.capture.merge import merge_capture
 from profcallbacks.capture.merge_choice import merge_choice
 from profcallbacks.capture.retention import Retention
 from profcallbacks.core.faults import describe_error
-from profcallbacks.layout import TRACE_FILE, merged_file_name, parse_capture_dir
+from profcallbacks.layout import TRACE_FILE, merged_file_name, parse_capture_dir, summary_file_name
 from profcallbacks.options.budget import ByteBudget
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,8 @@ class AfterPublish:
         if not files:
             return
         retention = self._retention
-        if retention is not None:
-            retention.add(directory, trigger, files)
+        if retention is not None:  # with their summaries: they go with their traces
+            retention.add(directory, trigger, files + [summary_file_name(f) for f in files])
         merged = self._merge(directory, files)
         if retention is not None:
             if merged is not None:

@@ -139,7 +139,8 @@ class LoadedSummary:
 def load_summary(trace: Path) -> LoadedSummary:
     """The summary of ``trace`` if it still describes the trace; never raises.
 
-    The trace is not opened when its size and modification time are the ones the summary
+    A summary of another owner than its trace's is never taken (in a shared log directory it
+    could be planted). The trace is not opened when its size and modification time are the ones the summary
     recorded; otherwise its first and last MiB are hashed and compared.
     """
     path = trace.with_name(summary_file_name(trace.name))
@@ -162,6 +163,12 @@ def load_summary(trace: Path) -> LoadedSummary:
         st = os.lstat(trace)
     except OSError as exc:
         return LoadedSummary(STALE, why=f"trace gone ({exc.strerror or exc})")
+    try:
+        owner = os.lstat(path).st_uid
+    except OSError as exc:
+        return LoadedSummary(STALE, why=f"summary gone ({exc.strerror or exc})")
+    if owner != st.st_uid:  # planted in a shared directory: it could say anything
+        return LoadedSummary(STALE, why=f"summary owned by user {owner}, its trace by {st.st_uid}")
     if st.st_size != size:
         return LoadedSummary(STALE, why=f"trace is {st.st_size} bytes, summary says {size}")
     if st.st_mtime_ns == mtime_ns:

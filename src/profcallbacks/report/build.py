@@ -19,7 +19,7 @@ from profcallbacks.report.analyse.compile import compile_diagnoses, compile_repo
 from profcallbacks.report.analyse.coverage import slower_than_captured
 from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.analyse.memory import memory_report
-from profcallbacks.report.analyse.ranks import job_view
+from profcallbacks.report.analyse.ranks import detail_ranks, job_view, keep_detail
 from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.analyse.verdict import with_stragglers
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
@@ -160,6 +160,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         c["job"] = job_view(rows, c["rank_verdicts"])
         c["verdict"] = with_stragglers(c["verdict"], c["job"])
+        _keep_detail(c)
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
     latest = [c for c in captures if c["run"] == split.runs]
@@ -195,8 +196,9 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "diagnoses": run_diagnoses,
         "run_context": context.public(),
         "earlier_runs": split.earlier,
-        "breakdown": breakdown([t for t in healthy or traces if t.path not in earlier_paths]
-                               or healthy or traces),
+        "breakdown": _without_detail(breakdown([t for t in healthy or traces
+                                                if t.path not in earlier_paths]
+                                               or healthy or traces), captures),
         "captures": captures,
         "top_operators": top_operators([t for t in traces if t.path not in earlier_paths]
                                        or traces, top),
@@ -209,6 +211,27 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "summaries": use.public(),
         "readable": bool(intervals or findings or traces),
     }
+
+
+def _keep_detail(capture: dict[str, Any]) -> None:
+    """A capture of many ranks keeps per-step rows only for the ranks that stand out."""
+    ranks = detail_ranks(capture["job"])
+    if ranks is None:
+        return
+    for f in capture["files"]:
+        if f.get("rank") not in ranks:
+            f.pop("host_steps", None)
+    if capture["breakdown"]:
+        capture["breakdown"]["per_step"] = keep_detail(capture["breakdown"]["per_step"], ranks)
+
+
+def _without_detail(bd: dict[str, Any] | None,
+                    captures: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's breakdown with per-step rows of large captures only for their stand-out ranks."""
+    if bd is not None:
+        for c in captures:
+            bd["per_step"] = keep_detail(bd["per_step"], detail_ranks(c["job"]), c["directory"])
+    return bd
 
 
 def _with_sites(diagnoses: list[dict[str, Any]], sync_sites: list[str]) -> list[dict[str, Any]]:

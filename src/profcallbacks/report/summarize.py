@@ -24,6 +24,7 @@ from typing import Any
 
 from profcallbacks.capture.summary_file import load_summary, tie_of, write_summary
 from profcallbacks.core.collector import gc_paused
+from profcallbacks.core.ranks import launcher_ranks
 from profcallbacks.report.analyse.captures import analyse_trace
 from profcallbacks.report.analyse.rank_summary import collective_calls, host_of, summary_record
 from profcallbacks.report.read.files import ReadError
@@ -122,24 +123,33 @@ def summarize_files(files: list[Path], *, processes: int = 1,
 
 
 def launcher_rank() -> tuple[int, int]:
-    """``(rank, world_size)`` from torchrun's or Slurm's variables; ``(0, 1)`` outside a job."""
-    for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, size = os.environ.get(rank_var), os.environ.get(size_var)
-        if rank is not None and size is not None and rank.isdigit() and size.isdigit():
-            return int(rank), max(int(size), 1)
-    return 0, 1
+    """``(rank, world_size)`` of a torchrun or srun step (``core/ranks.launcher_ranks``: an sbatch
+    script run once is one rank); ``(0, 1)`` outside a job."""
+    return launcher_ranks(os.environ) or (0, 1)
 
 
-def gather_counts(result: SummarizeResult, world_size: int) -> SummarizeResult:
-    """Sum every rank's ``result`` on rank 0 over a gloo process group (joined from the
-    launcher's variables, left afterwards); outside a job, ``result`` itself."""
+def rendezvous(directory: Path) -> str:
+    """Where the ranks meet: torchrun's ``MASTER_ADDR`` (``env://``); else (an srun step) a file
+    in ``directory``, which every rank reads anyway, named by the Slurm job and step."""
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return "env://"
+    job = "".join(c for c in os.environ.get("SLURM_JOB_ID", "0") if c.isalnum())
+    step = "".join(c for c in os.environ.get("SLURM_STEP_ID", "0") if c.isalnum())
+    return f"file://{(directory / f'.profcallbacks-summarize-{job}.{step}').absolute()}"
+
+
+def gather_counts(result: SummarizeResult, rank: int, world_size: int,
+                  directory: Path) -> SummarizeResult:
+    """Sum every rank's ``result`` on rank 0 over a gloo process group (joined at
+    ``rendezvous(directory)``, left afterwards); outside a job, ``result`` itself."""
     if world_size <= 1:
         return result
     import torch.distributed as dist
 
     own = not dist.is_initialized()
     if own:
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", init_method=rendezvous(directory), rank=rank,
+                                world_size=world_size)
     try:
         rank = dist.get_rank()
         gathered: list[Any] = [None] * dist.get_world_size() if rank == 0 else []

@@ -33,6 +33,9 @@ OUTLIER_MADS = 5.0
 """... and its lateness lies this many median absolute deviations above the ranks' median."""
 SHOWN_RANKS = 16
 """Ranks named per cluster or host; the rest are counted."""
+DETAIL_UP_TO = 64
+"""Captures of this many ranks keep every rank's per-step rows in the report; larger ones keep
+them only for the ranks that stand out (``detail_ranks``)."""
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -161,3 +164,22 @@ def job_view(rows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict
             "straggler_hosts": [{"host": h, "ranks": sorted(r)} for h, r in by_host.items()],
             "sentence": sentence,
             "sources": dict(Counter(str(row.get("source")) for row in rows))}
+
+
+def detail_ranks(job: dict[str, Any] | None) -> set[Any] | None:
+    """The ranks whose per-step rows a large capture keeps: the stragglers and the worst rank of
+    each distribution; ``None`` (keep all) for a capture of at most ``DETAIL_UP_TO`` ranks."""
+    if not job or job["ranks"] <= DETAIL_UP_TO:
+        return None
+    return ({s["rank"] for s in job["stragglers"]}
+            | {d["worst_rank"] for d in job["distributions"].values()})
+
+
+def keep_detail(rows: list[dict[str, Any]], ranks: set[Any] | None,
+                capture: str | None = None) -> list[dict[str, Any]]:
+    """``rows`` (per-step rows with ``rank``, and ``capture`` when given) without those of ranks
+    outside ``ranks`` (of ``capture`` only, when given)."""
+    if ranks is None:
+        return rows
+    return [r for r in rows if r.get("rank") in ranks
+            or (capture is not None and r.get("capture") != capture)]

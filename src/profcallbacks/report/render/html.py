@@ -19,6 +19,7 @@ from profcallbacks.report.analyse.verdict import label
 from profcallbacks.report.read.budgets import budget_lines
 from profcallbacks.report.render.expert_render import diagnoses_html
 from profcallbacks.report.render.plot import step_time_svg
+from profcallbacks.report.render.ranks_text import LISTED_FILES, job_lines
 from profcallbacks.report.render.safe import visible
 from profcallbacks.report.render.text import step_spread
 
@@ -187,9 +188,14 @@ def _captures(captures: list[dict[str, Any]]) -> str:
              _e(c["trigger"] or "-") + (" (partial)" if c["partial"] else "")
              + (" (during an export)" if c.get("export_overlap") else ""),
              _e(f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"),
-             "<br>".join(f"<code>{_e(f['path'])}</code> ({f['bytes'] / 1024:.0f} KiB)" for f in c["files"])]
+             "<br>".join(f"<code>{_e(f['path'])}</code> ({f['bytes'] / 1024:.0f} KiB)"
+                         for f in c["files"][:LISTED_FILES])
+             + (f"<br>and {len(c['files']) - LISTED_FILES} more" if len(c["files"]) > LISTED_FILES
+                else "")]
             for c in captures]
-    return "<h2>Captures</h2>" + _table(["directory", "trigger", "steps", "files"], rows)
+    jobs = [line for c in captures for line in job_lines(c["directory"], c.get("job"))]
+    return ("<h2>Captures</h2>" + _table(["directory", "trigger", "steps", "files"], rows)
+            + (f"<pre>{_e(chr(10).join(jobs))}</pre>" if jobs else ""))
 
 
 def _lines_section(section_id: str, lines: list[str]) -> str:

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+LISTED_FILES = 8
+"""A capture's files named in the captures table; beyond, the first few and a count."""
 _PARTS = (("step_ms", "step"), ("data_wait_ms", "data wait"), ("compute_ms", "compute"),
           ("comm_ms", "communication"))
+
+
+def file_list(names: list[str]) -> str:
+    """The captures table's files cell: every name up to ``LISTED_FILES``, else the first three
+    and how many more (a job of thousands of ranks is one line, not thousands of names).
+
+    Example:
+        >>> file_list([f"rank{r}.json" for r in range(10)])
+        'rank0.json, rank1.json, rank2.json and 7 more (10 files)'
+    """
+    if not names:
+        return "-"
+    if len(names) <= LISTED_FILES:
+        return ", ".join(names)
+    return f"{', '.join(names[:3])} and {len(names) - 3} more ({len(names)} files)"
 
 
 def job_lines(directory: str, job: dict[str, Any] | None) -> list[str]:

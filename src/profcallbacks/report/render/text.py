@@ -14,7 +14,7 @@ from profcallbacks.report.analyse.verdict import SHARE_OF
 from profcallbacks.report.analyse.verdict import label as verdict_label
 from profcallbacks.report.read.budgets import budget_lines
 from profcallbacks.report.render.expert_render import diagnosis_lines, throughput_text
-from profcallbacks.report.render.ranks_text import job_lines
+from profcallbacks.report.render.ranks_text import file_list, job_lines
 from profcallbacks.report.render.safe import visible
 
 
@@ -129,7 +129,7 @@ def _captures_section(captures: list[dict[str, Any]],
     rows = []
     for c in captures:
         steps = f"{c['steps'][0]}-{c['steps'][-1]}" if c["steps"] else "-"
-        files = ", ".join(f["path"].split("/")[-1] for f in c["files"]) or "-"
+        files = file_list([f["path"].split("/")[-1] for f in c["files"]])
         kind = verdict_label(c["verdict"]) if c.get("verdict") else "-"
         earlier_run = c.get("run") not in (None, len(report_runs) + 1)
         rows.append([c["directory"], (c["trigger"] or "-") + (" (partial)" if c["partial"] else "")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -144,25 +143,27 @@ def test_worker_tracks_overlap_the_loops_waits_for_the_same_batches(tmp_path: Pa
     tracks = [e for e in events if e.get("cat") == "profcallbacks_loader_worker"]
     names = {e["args"]["name"] for e in events if e.get("ph") == "M"
              and e.get("name") == "thread_name" and e.get("pid") == tracks[0]["pid"]}
-    assert names == {"DataLoader worker 0", "DataLoader worker 1"}
-    sends = {e["args"]["batch"]: e["ts"] + e["dur"] for e in tracks if e["args"]["phase"] == "send"}
-    fetches = {e["args"]["batch"]: e["ts"] for e in tracks if e["args"]["phase"] == "fetch"}
-    waits = _waits(events)
-    long = [(j, w) for j, w in enumerate(waits) if w[1] - w[0] > 3000]  # > 3 ms
-    assert len(long) >= 4, waits
-    # the batch a long wait waited for: the one whose send ended last before the wait ended
-    matched = []
-    for j, (start, end) in long:
-        inside = [(t, b) for b, t in sends.items() if start <= t <= end]
-        if inside:
-            matched.append((j, max(inside)[1]))
-    # the j-th wait of the window and the batch it got: one offset for most of them (a wait
-    # can also see the next batch arrive while its own was sent before it began)
-    (offset, agree), = Counter(b - j for j, b in matched).most_common(1)
-    assert agree >= max(3, len(long) // 2), (long, matched)
-    for j, (_, end) in enumerate(waits):  # no batch reaches the loop before its worker sent it
-        if j + offset in sends:
-            assert fetches[j + offset] < sends[j + offset] <= end + 1000, (j, end)
+    assert names == {"training loop waits", "DataLoader worker 0", "DataLoader worker 1"}
+    spans = {(e["args"]["phase"], e["args"]["batch"]): (e["ts"], e["ts"] + e["dur"])
+             for e in tracks}
+    waits = {b: span for (phase, b), span in spans.items() if phase == "wait"}
+    # torch's own range of each fetch in the window, and the batch it fetched: the track's
+    # wait that starts with it (one clock: within 0.5 ms)
+    ranges = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X"
+                    and str(e.get("name", "")).startswith("enumerate(DataLoader)"))
+    fetched = {}
+    for start, end in ranges:
+        near = [b for b, (a, _) in waits.items() if abs(a - start) < 500]
+        if near:
+            fetched[near[0]] = (start, end)
+    assert len(fetched) >= 0.8 * len(ranges) >= 4, (ranges, waits)
+    timed = {b: r for b, r in fetched.items() if ("send", b) in spans}
+    assert len(timed) >= 4, (timed, spans)
+    for batch, (_, end) in timed.items():  # no batch reaches the loop before it was sent
+        assert spans["fetch", batch][0] < spans["send", batch][1] <= end + 500, batch
+    long = {b: r for b, r in timed.items() if r[1] - r[0] > 3000}  # waits over 3 ms
+    overlapping = [b for b, (start, end) in long.items() if spans["send", b][1] > start]
+    assert len(long) >= 2 and len(overlapping) >= 0.5 * len(long), (long, spans)
 
 
 def test_timing_can_be_turned_off(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """A rank SIGKILLed in the middle of a capture window of a real 4-rank gloo job (torchrun): the
-job ends (torchrun stops the ranks left waiting in their all-reduce), the capture is published
-with the surviving ranks' whole traces and says which, nothing published is half written, every
-rank's steps file stays readable, the run lock is released, and the report reads the run."""
+job ends (torchrun stops the ranks left waiting in their all-reduce with SIGTERM), the capture is
+published with every surviving rank's whole trace and says which, nothing published is half
+written, each surviving rank's steps file holds a row for every step it finished (the killed
+rank's holds what it had written), nothing stays in staging (no claim, no raw save), the run lock
+is released, and the report reads the run."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from profcallbacks.layout import RUN_LOCK, STAGING_DIR
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parent / "dist_scripts" / "rank_killed_dist.py"
 KILLED = 2
+KILL_STEP = 7  # the script's default: the others finish this step, and fail in the next one
+SURVIVORS = [rank for rank in range(4) if rank != KILLED]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def test_the_capture_holds_the_surviving_ranks_whole_traces(killed_run: tuple[Pa
     assert capture.name == "step000005-schedule-partial"
     files = trace_files(capture)
     ranks = sorted(f.name.split("_")[0] for f in files)
-    assert ranks and f"rank{KILLED}" not in ranks  # (torchrun may stop a rank before its export)
+    assert ranks == [f"rank{rank}" for rank in SURVIVORS], ranks  # every survivor's, gzipped
     for trace in files:  # whole: gunzips and parses
         assert json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     assert not [p for p in capture.iterdir() if p.name.endswith((".writing", ".ready", ".tmp"))]
@@ -50,15 +54,27 @@ def test_no_rank_leaves_half_written_files_or_the_lock(killed_run: tuple[Path, s
     logdir, _ = killed_run
     assert not (logdir / "profcallbacks" / RUN_LOCK).exists()
     staging = logdir / STAGING_DIR
+    # no claim of a rank torchrun stopped, no raw save of the killed rank's open window: each
+    # rank's export helper outlives it, finishes what it was given and removes the rest
     left = sorted(p.name for p in staging.iterdir()) if staging.exists() else []
-    # only the killed rank's own raw save can stay (nobody may remove it but the next start),
-    # beside the claims of ranks torchrun stopped (markers the next start reads, not data)
-    assert all(f"rank{KILLED}_" in name or name.startswith(".claim-") for name in left), left
+    assert left == [], left
     assert not [p for p in logdir.rglob("*") if p.name.endswith((".writing", ".tmp"))]
-    for rank in range(4):
-        path = logdir / "profcallbacks" / f"rank{rank}.steps.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-        assert rows and all(r["rank"] == rank for r in rows)
+
+
+@pytest.mark.parametrize("rank", range(4))
+def test_each_rank_keeps_a_row_for_every_step_it_finished(killed_run: tuple[Path, str],
+                                                         rank: int) -> None:
+    logdir, _ = killed_run
+    path = logdir / "profcallbacks" / f"rank{rank}.steps.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows and all(r["rank"] == rank for r in rows)
+    assert rows[0]["first_step"] == 0
+    for before, after in zip(rows, rows[1:], strict=False):  # one row per stretch, none missing
+        assert after["first_step"] == before["last_step"] + 1, (before, after)
+    if rank == KILLED:  # SIGKILL: what it had written (rows wait up to a second in memory)
+        assert rows[-1]["last_step"] < KILL_STEP
+    else:  # stopped by torchrun's SIGTERM while closing: all its steps, to the last one
+        assert rows[-1]["last_step"] == KILL_STEP, rows[-1]
 
 
 def test_the_report_reads_the_run(killed_run: tuple[Path, str],

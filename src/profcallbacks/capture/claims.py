@@ -9,6 +9,13 @@ entry's age does not tell whose it is. Each process that stages holds a claim: t
 ``.raw-<token>-...``. Recovery leaves alone whatever a live claim covers: one whose process is
 alive on this host, or, from another host (which cannot be asked), one written or refreshed
 within ``CLAIM_STALE_S`` seconds before the run started.
+
+A claim also names the captures its process still owes a trace file (``owes``): a training
+process from the start of a window until its export helper has written the file, the helper
+while it writes it. A rank publishing a capture at the end of the run waits while a live claim
+owes that capture a file (a slower rank, not a fixed time), and publishes it once, complete; a
+file no live process owes (its rank was killed) is not waited for, and the capture is published
+as partial at once and said to be.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import logging
 import os
 import re
 import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -52,11 +61,13 @@ class StagingClaim:
         {}
     """
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, token: str | None = None) -> None:
         self.logdir = logdir
-        self.token = uuid.uuid4().hex[:12]
+        self.token = token or uuid.uuid4().hex[:12]
         self._stages: list[str] = []
-        self._written = False
+        self._owes: list[str] = []
+        self._written = token is not None  # a claim made elsewhere (to release it)
+        self._lock = threading.RLock()  # the export reader thread pays what is owed
 
     @property
     def raw_prefix(self) -> str:
@@ -79,9 +90,31 @@ class StagingClaim:
             self._stages.remove(stage)
             self._write()
 
+    def owe(self, capture: str) -> None:
+        """This process will write a trace file of ``capture`` (a directory name, ``-partial``
+        or not): ranks publishing it wait for that file while this process lives."""
+        key = owed_key(capture)
+        with self._lock:
+            if key not in self._owes:
+                self._owes.append(key)
+                self._write()
+
+    def paid(self, capture: str) -> None:
+        """The trace file of ``capture`` is written (or will never be); never raises."""
+        key = owed_key(capture)
+        with self._lock:
+            if key in self._owes:
+                self._owes.remove(key)
+                if self._written:  # never written again once released
+                    with contextlib.suppress(OSError):
+                        self._write_now()
+
     def release(self) -> None:
         """Remove the claim, and staging when that leaves it empty; never raises."""
-        if self._written:
+        with self._lock:
+            self._owes.clear()
+            if not self._written:
+                return
             staging = self.logdir / STAGING_DIR
             with contextlib.suppress(OSError):
                 os.unlink(staging / f"{CLAIM_PREFIX}{self.token}")
@@ -91,10 +124,14 @@ class StagingClaim:
 
     def _write(self) -> None:
         """Replace the claim file in one rename: a reader sees the old claim or the new one."""
+        with self._lock:
+            self._write_now()
+
+    def _write_now(self) -> None:
         staging = self.logdir / STAGING_DIR
         ensure_dir(staging, own=True)
         data = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                           "stages": self._stages}).encode()
+                           "stages": self._stages, "owes": self._owes}).encode()
         tmp = fresh_name(f"{CLAIM_PREFIX}{self.token}.")
         fd = open_dir(staging)
         try:
@@ -105,6 +142,20 @@ class StagingClaim:
         self._written = True
 
 
+def owed_key(capture: str) -> str:
+    """What a claim owes for capture directory ``capture``: its name without ``-partial`` (a rank
+    that stopped early publishes into the partial directory of the same window)."""
+    return capture.removesuffix("-partial")
+
+
+def owed_elsewhere(staging: Path, capture: str, *, mine: tuple[str, ...] = ()) -> list[str]:
+    """Tokens of the live claims in ``staging`` (``mine`` left out) that still owe ``capture`` a
+    trace file; never raises."""
+    key = owed_key(capture)
+    return [token for token, claim in _claims(staging, started=time.time()).items()
+            if token not in mine and key in _strings(claim.get("owes"))]
+
+
 def live_claims(staging: Path, *, started: float) -> dict[str, list[str]]:
     """The live claims in ``staging``: token -> the stages it names.
 
@@ -112,7 +163,17 @@ def live_claims(staging: Path, *, started: float) -> dict[str, list[str]]:
     host is live when written within ``CLAIM_STALE_S`` seconds before it). Claims of processes
     that are gone are removed. Never raises.
     """
-    live: dict[str, list[str]] = {}
+    return {token: _strings(claim.get("stages"))
+            for token, claim in _claims(staging, started=started).items()}
+
+
+def _strings(value: Any) -> list[str]:
+    return [s for s in value if isinstance(s, str)] if isinstance(value, list) else []
+
+
+def _claims(staging: Path, *, started: float) -> dict[str, dict[str, Any]]:
+    """The live claims in ``staging`` (token -> its content); removes those of processes gone."""
+    live: dict[str, dict[str, Any]] = {}
     try:
         names = os.listdir(staging)
     except OSError:
@@ -128,8 +189,7 @@ def live_claims(staging: Path, *, started: float) -> dict[str, list[str]]:
         except (OSError, ValueError):
             continue  # being replaced, or not ours: not counted, not removed
         if _alive(claim, mtime, started):
-            stages = claim.get("stages") if isinstance(claim, dict) else None
-            live[match.group(1)] = [s for s in stages or [] if isinstance(s, str)]
+            live[match.group(1)] = claim
         else:
             with contextlib.suppress(OSError):
                 os.unlink(path)

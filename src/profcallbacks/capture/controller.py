@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 120.0
 """Seconds the end of a run waits for its exports; a trace not written by then is published raw."""
 CLOSE_WAIT_FAILED_S = 10.0
-"""The same wait when the run ends with an error (and no rank waits for the others' files)."""
+"""The same wait when the run ends with an error."""
+CLOSE_OWED_FAILED_S = 5.0
+"""When the run ends with an error, how long the export helper waits for files that other live
+ranks still owe a capture (none owed: no wait) before publishing it as partial."""
 MIN_AGREE_EVERY = 10  # steps between trigger agreements, at least (they are collectives)
 
 
@@ -71,12 +74,16 @@ class CaptureController:
         budget = config.budget.capture_bytes if config.budget is not None else None
         self._budget = CaptureBudget(budget) if budget is not None else None
         self.on_terminate: Callable[[], None] = lambda: self.close(failed=True)
-        """What a default-disposition SIGTERM runs while a window is open (the session sets it)."""
-        self._guard = TerminationGuard(lambda: self.on_terminate())
+        """What a default-disposition SIGTERM runs while a window is open, or while ``close``
+        waits for the exports (the session sets it)."""
+        self._guard = TerminationGuard(lambda: self.on_terminate(), message=(
+            "the open capture is stopped and published as -partial"))
+        self._closing_guard = TerminationGuard(lambda: self.on_terminate(), message=(
+            "step summaries and findings are written; the export helper finishes the captures"))
         self.run_findings: Callable[[], list[Finding]] = list
-        # the loader workers' timed batches between two perf_counter times (their tracks)
-        self.loader_batches: Callable[[float, float], list[Any]] | None = None
         """The run's findings so far (the session sets it): each capture's track shows them."""
+        self.loader_batches: Callable[[float, float], list[Any]] | None = None
+        """The loader workers' timed batches between two perf_counter times (their tracks)."""
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -225,6 +232,7 @@ class CaptureController:
                     self._planner.shorten(window)
                 capture = self._capture = TraceCapture(options, window,
                                                        measure_first=measure_first)
+                self._owe(window)
                 self._guard.arm()
                 self._tid = threading.get_native_id()  # the thread that steps: its ops' tid
                 if self._exporter is not None and self._exporter.busy:
@@ -249,6 +257,7 @@ class CaptureController:
         self._planner.captures_started += 1
         try:
             self._capture = TraceCapture(self._config.trace, Window(step, 0, 1, trigger))
+            self._owe(self._capture.window)
             self._guard.arm()
             with held_signals():
                 self._capture.record()
@@ -300,6 +309,7 @@ class CaptureController:
                             exc)
                 saved = None
             if saved is None:  # logged; the rest of this window is not recorded
+                self._paid(capture.window)
                 self._refused = capture.window
                 self._capture = None
                 self._guard.disarm()
@@ -328,6 +338,7 @@ class CaptureController:
         if not capture.spans or self._exporter is None or not pieces:
             for raw, _ in capture.pieces:
                 remove_raw(raw)
+            self._paid(capture.window)  # no file of this rank: the others wait for none
             return
         raw_bytes = sum(size for _, size in pieces)
         info = replace(self._info(capture, partial=partial),
@@ -352,6 +363,15 @@ class CaptureController:
         except Exception as exc:  # the tracks are never worth the capture
             log.warning("profcallbacks: the loader workers' tracks are left out (%s).", exc)
             return ()
+
+    def _owe(self, window: Window) -> None:
+        """This rank will write a file of ``window``'s capture: ranks that publish it wait for it."""
+        if self._exporter is not None:
+            self._exporter.owe(window.dir_name())
+
+    def _paid(self, window: Window) -> None:
+        if self._exporter is not None:
+            self._exporter.paid(window.dir_name())
 
     def _track_findings(self) -> tuple[dict[str, Any], ...]:
         """This rank's latest findings, as the capture's findings track takes them."""
@@ -379,8 +399,18 @@ class CaptureController:
         finally:  # also after a Ctrl-C held during the stop: what was recorded is published
             self.release_retired()
             if self._exporter is not None:
-                self._exporter.close(timeout_s=CLOSE_WAIT_FAILED_S if failed else CLOSE_WAIT_S,
-                                     publish_timeout_s=0.0 if failed else None)
+                # a launcher's SIGTERM during the wait (torchrun stops the ranks left when one
+                # died) still ends the process, after on_terminate; the helper lives on and
+                # finishes what it was given
+                self._closing_guard.arm()
+                try:
+                    if failed:
+                        self._exporter.close(timeout_s=CLOSE_WAIT_FAILED_S, publish_timeout_s=0.0,
+                                             owed_timeout_s=CLOSE_OWED_FAILED_S)
+                    else:
+                        self._exporter.close(timeout_s=CLOSE_WAIT_S)
+                finally:
+                    self._closing_guard.disarm()
 
 
 def _options(config: ProfilerConfig, window: Window) -> TraceOptions:

@@ -28,6 +28,7 @@ from typing import IO, Any
 from profcallbacks.capture.claims import StagingClaim
 from profcallbacks.capture.published import AfterPublish
 from profcallbacks.capture.trace_writer import (
+    RAW_FILE,
     CaptureHook,
     CaptureWriter,
     new_raw_trace_path,
@@ -37,6 +38,7 @@ from profcallbacks.capture.trace_writer import (
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.faults import describe_error
 from profcallbacks.findings import Finding
+from profcallbacks.layout import STAGING_DIR
 from profcallbacks.options.budget import ByteBudget
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,12 @@ USE_HELPER_PROCESS = True
 """False: write captures on a thread of the training process instead (tests, no ``fork``)."""
 CLOSE_BYTES_PER_S = 2e6
 """At close, the wait for the helper grows by one second per this many raw trace bytes queued."""
+PUBLISH_WAIT_S = 30.0
+"""At close, how long the helper waits for another rank's file of a capture while no live rank
+owes it one (that rank never started, or was killed) before publishing it as partial."""
+OWED_WAIT_S = 120.0
+"""The same wait while another live rank owes the capture a file (its window is open or its file
+is being written): a guard against a rank that hangs."""
 
 Message = tuple[Any, ...]
 
@@ -70,12 +78,16 @@ class TraceExporter:
         ['step000000-manual']
     """
 
-    def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 analysis: CaptureHook | None = None, budget: ByteBudget | None = None):
+    def __init__(self, logdir: Path, *, tracing_ranks: int = 1,
+                 publish_timeout_s: float = PUBLISH_WAIT_S, analysis: CaptureHook | None = None,
+                 budget: ByteBudget | None = None):
         self._logdir = logdir
+        self._claim = StagingClaim(logdir)  # its raw traces are a live rank's
         self._config: Message = ("config", str(logdir), tracing_ranks, publish_timeout_s, analysis,
-                                 budget)
+                                 budget, self._claim.token)
         self._publish_timeout_s = publish_timeout_s
+        self._owed_timeout_s = OWED_WAIT_S
+        self._alone = tracing_ranks <= 1  # no other rank's file to wait for at close
         self._channel: _Channel | None = None
         self._lock = threading.Lock()  # _jobs, _findings, exported: the reader thread writes them
         self._jobs: dict[str, tuple[CaptureInfo, int, Path]] = {}  # name -> info, bytes, raw file
@@ -83,7 +95,6 @@ class TraceExporter:
         self._findings: list[Finding] = []
         self.exported: list[Path] = []
         self.failures = 0
-        self._claim = StagingClaim(logdir)  # its raw traces are a live rank's
 
     @property
     def busy(self) -> bool:
@@ -115,6 +126,18 @@ class TraceExporter:
         if self._channel is None:
             self._channel = _start_channel(self._on_message)
             self._channel.send(self._config)
+
+    def owe(self, capture: str) -> None:
+        """A window of ``capture`` opened here: other ranks publishing it wait for this rank's
+        file (until it is written, or ``paid`` says it never will be); never raises."""
+        try:
+            self._claim.owe(capture)
+        except OSError as exc:  # staging refused: the others only wait less
+            log.debug("profcallbacks: cannot claim %s (%s).", capture, exc)
+
+    def paid(self, capture: str) -> None:
+        """This rank writes no (further) file of ``capture``; never raises."""
+        self._claim.paid(capture)
 
     def save(self, profiler: Any, info: CaptureInfo) -> tuple[Path, int] | None:
         """Save ``profiler``'s raw trace for ``info`` here (kineto's save: on this thread);
@@ -150,16 +173,20 @@ class TraceExporter:
             findings, self._findings = self._findings, []
         return findings
 
-    def close(self, timeout_s: float = 120.0, publish_timeout_s: float | None = None) -> None:
+    def close(self, timeout_s: float = 120.0, publish_timeout_s: float | None = None,
+              owed_timeout_s: float | None = None) -> None:
         """Finish the exports: wait ``timeout_s`` plus time for the queued trace bytes.
 
         A helper that does not finish in time is stopped, and each trace it did not write is
         published raw (not post-processed, not compressed) in a ``-partial`` directory.
-        ``publish_timeout_s`` overrides how long to wait for other ranks' files (0 after a
-        failure: publish what is there at once).
+        ``publish_timeout_s`` and ``owed_timeout_s`` override how long the helper waits for
+        other ranks' files (see :class:`CaptureWriter`; after a failure: no wait for a rank
+        that owes nothing, a short one for the files live ranks still write).
         """
         if publish_timeout_s is not None:
             self._publish_timeout_s = publish_timeout_s
+        if owed_timeout_s is not None:
+            self._owed_timeout_s = owed_timeout_s
         channel, self._channel = self._channel, None
         try:
             if channel is not None:
@@ -170,8 +197,9 @@ class TraceExporter:
     def _finish(self, channel: _Channel, timeout_s: float) -> None:
         with self._lock:
             queued = sum(size for _, size, _ in self._jobs.values())
-        limit = timeout_s + self._publish_timeout_s + queued / CLOSE_BYTES_PER_S
-        channel.send(("close", self._publish_timeout_s))
+        waits = (self._publish_timeout_s, self._owed_timeout_s)
+        limit = timeout_s + (0.0 if self._alone else max(waits)) + queued / CLOSE_BYTES_PER_S
+        channel.send(("close", *waits))
         if not channel.wait(limit):
             log.warning("profcallbacks: trace export still running after %.0f s; it is stopped "
                         "and unfinished captures are published raw as -partial.", limit)
@@ -202,6 +230,8 @@ class TraceExporter:
                 self.failures += message[3]
                 if kind == "done":
                     self._jobs.pop(message[4], None)
+            if kind == "done":  # written, or failed: owed no longer
+                self._claim.paid(message[4])
 
 
 @contextlib.contextmanager
@@ -352,6 +382,10 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
     its name, imported again in the helper process).
     """
     writer: CaptureWriter | None = None
+    logdir: Path | None = None
+    training: StagingClaim | None = None  # the training process's claim
+    owing: StagingClaim | None = None  # the files this helper is writing
+    closed = False
 
     def report(kind: str, *extra: Any) -> None:
         assert writer is not None
@@ -365,21 +399,46 @@ def serve(receive: Callable[[], Message | None], reply: Callable[[Message], None
         if kind == "config":
             analysis: CaptureHook | None = message[4]
             budget: ByteBudget | None = message[5]
-            writer = CaptureWriter(Path(message[1]), tracing_ranks=message[2],
-                                   publish_timeout_s=message[3], after_publish=AfterPublish(
-                                       Path(message[1]), budget) if budget is not None else None,
+            logdir = Path(message[1])
+            training, owing = StagingClaim(logdir, token=message[6]), StagingClaim(logdir)
+            writer = CaptureWriter(logdir, tracing_ranks=message[2],
+                                   publish_timeout_s=message[3], owed_timeout_s=OWED_WAIT_S,
+                                   after_publish=AfterPublish(
+                                       logdir, budget) if budget is not None else None,
                                    on_published=analysis)
-        elif kind == "export" and writer is not None:
+            writer.own_claims = (training.token, owing.token)  # this rank's: never waited for
+        elif kind == "export" and writer is not None and owing is not None:
             info: CaptureInfo = message[2]
+            with contextlib.suppress(OSError):  # owed while written, the training process gone too
+                owing.owe(info.name)
             writer.export(Path(message[1]), info)
+            owing.paid(info.name)
             report("done", info.name)
         elif kind == "close":
-            if writer is not None and len(message) > 1:
-                writer.publish_timeout_s = message[1]
+            if writer is not None and len(message) > 2:
+                writer.publish_timeout_s, writer.owed_timeout_s = message[1], message[2]
+            closed = True
             break
     if writer is not None:  # closed, or the training process is gone: publish what is here
         writer.close()
         report("closed")
+    if owing is not None and training is not None and logdir is not None:
+        owing.release()
+        _release_training(logdir, training, gone=not closed)
+
+
+def _release_training(logdir: Path, claim: StagingClaim, *, gone: bool) -> None:
+    """Everything the training process's claim covers is written, published or discarded: the
+    claim goes (the training process may have been stopped before it could remove it). When the
+    training process is ``gone`` (killed in a window), the raw saves it never handed over (the
+    first step of a window saved on its own) go too: nobody can finish them."""
+    if gone:
+        staging = logdir / STAGING_DIR
+        with contextlib.suppress(OSError):
+            for name in os.listdir(staging):
+                if name.startswith(claim.raw_prefix):
+                    remove_raw(staging / name / RAW_FILE)
+    claim.release()
 
 
 class _LogForwarder(logging.Handler):

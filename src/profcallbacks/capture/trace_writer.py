@@ -22,10 +22,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.claims import CLAIM_PREFIX, RAW_TOKEN, StagingClaim, live_claims
+from profcallbacks.capture.claims import (
+    CLAIM_PREFIX,
+    RAW_TOKEN,
+    StagingClaim,
+    live_claims,
+    owed_elsewhere,
+)
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import postprocess
+from profcallbacks.capture.summary_file import SUMMARY_KEY, trace_tie, write_summary
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
@@ -48,6 +55,7 @@ from profcallbacks.layout import (
     TRACE_FILE,
     numbered_capture_dir,
     parse_capture_dir,
+    summary_file_name,
     trace_file_name,
 )
 
@@ -119,8 +127,10 @@ RAW_DIR_PREFIX = ".raw-"
 """Staging holds one private directory (``mkdtemp``, mode 0700) per raw trace kineto saves."""
 RAW_FILE = "trace.json"
 MAX_RAW_BYTES = 1 << 40
-_STAGED_FILE = re.compile(r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.writing|\.raw\.json)$")
-"""Files a capture's stage may hold: trace files (``.ready`` once complete) and half-written ones."""
+_STAGED_FILE = re.compile(
+    r"^.*(\.pt\.trace\.json(\.gz)?(\.ready|\.summary\.json)?|\.writing|\.raw\.json)$")
+"""Files a capture's stage may hold: trace files (``.ready`` once complete), their summaries and
+half-written ones."""
 
 
 def new_raw_trace_path(logdir: Path, info: CaptureInfo, claim: StagingClaim | None = None) -> Path:
@@ -169,7 +179,11 @@ class CaptureWriter:
         logdir: Root log directory.
         tracing_ranks: How many ranks write a file into each capture directory.
         publish_timeout_s: At close, how long to wait for other ranks' files before publishing
-            a capture directory with what is there.
+            a capture directory with what is there (and saying it is partial), while no live
+            rank owes it a file (a rank that never started, or was killed).
+        owed_timeout_s: The same while another live rank still owes the capture a file
+            (``claims.owed_elsewhere``: its window is open, or its file is being written): a
+            guard against a rank that hangs, not a time a slow rank is expected to need.
         on_published: Called with each trace (its JSON) before it is written (the live
             verdict); the verdict and diagnoses among its findings go into the trace's findings
             track, and its findings travel back to the training thread once it is published.
@@ -179,12 +193,13 @@ class CaptureWriter:
     """
 
     def __init__(self, logdir: Path, *, tracing_ranks: int = 1, publish_timeout_s: float = 30.0,
-                 on_published: CaptureHook | None = None,
+                 owed_timeout_s: float = 120.0, on_published: CaptureHook | None = None,
                  after_publish: Callable[[Path, str, list[str]], None] | None = None) -> None:
         self._logdir = logdir
         self._staging = logdir / STAGING_DIR
         self._tracing_ranks = tracing_ranks
         self.publish_timeout_s = publish_timeout_s
+        self.owed_timeout_s = owed_timeout_s
         self.on_published = on_published
         self._waiting: set[str] = set()
         self._history: list[Any] = []  # the hook's own record of earlier captures
@@ -196,6 +211,8 @@ class CaptureWriter:
         self._left: list[Path] = []  # raw traces a failed write could not remove (read-only)
         self._half: list[tuple[str, str]] = []  # (stage, file) a failed write left half written
         self._claim = StagingClaim(logdir)  # the stages it writes into are a live rank's
+        self.own_claims: tuple[str, ...] = ()
+        """Claims of this rank (its training process's, ...): what they owe is not waited for."""
 
     def export(self, raw: Path, info: CaptureInfo) -> None:
         """Write one raw trace; a fault only warns (training never hears of it)."""
@@ -210,12 +227,16 @@ class CaptureWriter:
 
     def close(self) -> None:
         """Publish captures still waiting for other ranks (after a bounded wait)."""
-        deadline = time.monotonic() + self.publish_timeout_s
-        while self._waiting and time.monotonic() < deadline:
+        start = time.monotonic()
+        mine = (self._claim.token, *self.own_claims)
+        while self._waiting:
             for name in list(self._waiting):
                 self._publish(name, force=False)
-            if self._waiting:
-                time.sleep(0.2)
+            owed = any(owed_elsewhere(self._staging, name, mine=mine) for name in self._waiting)
+            if not self._waiting or time.monotonic() - start >= (
+                    self.owed_timeout_s if owed else self.publish_timeout_s):
+                break
+            time.sleep(0.2)
         for name in list(self._waiting):
             self._publish(name, force=True)
         self._remove_left()
@@ -264,6 +285,7 @@ class CaptureWriter:
                         gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL) as f:
                     f.write(encoded)
                 del encoded
+                self._write_summary(stage_fd, writing, name, info)  # before: it moves along
                 os.replace(writing, name + _READY, src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
             finally:
                 if _unlinked(writing, stage_fd):  # else read-only: removed at close
@@ -329,6 +351,26 @@ class CaptureWriter:
             log.warning("profcallbacks: analysing capture %s failed (%s: %s).", info.name,
                         type(exc).__name__, exc)
             return []
+
+    def _write_summary(self, stage_fd: int, writing: str, name: str, info: CaptureInfo) -> None:
+        """Write the live analysis's summary of the trace just written (``writing``, to be
+        ``name``) into the stage, tied to the trace's bytes; a failure only warns."""
+        last = self._history[-1] if self._history else None
+        if not isinstance(last, dict) or last.get("name") != info.name:
+            return
+        record = last.pop(SUMMARY_KEY, None)
+        if not isinstance(record, dict):
+            return
+        try:
+            fd = os.open(writing, os.O_RDONLY, dir_fd=stage_fd)
+            try:
+                tie = trace_tie(fd)
+            finally:
+                os.close(fd)
+            write_summary(stage_fd, name, record, tie)
+        except Exception as exc:  # the trace is still published; reports read it instead
+            log.warning("profcallbacks: could not write the summary of capture %s (%s).",
+                        info.name, describe_error(exc, self._staging))
 
     def _published(self, name: str, final: Path) -> None:
         self._waiting.discard(name)
@@ -416,6 +458,9 @@ def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
             with _directory(final) as final_fd:
                 for file in files:
                     os.replace(file, file, src_dir_fd=stage_fd, dst_dir_fd=final_fd)
+                    with contextlib.suppress(FileNotFoundError):  # its summary, when written
+                        os.replace(summary_file_name(file), summary_file_name(file),
+                                   src_dir_fd=stage_fd, dst_dir_fd=final_fd)
             with contextlib.suppress(OSError):
                 os.rmdir(".publishing", dir_fd=stage_fd)
             remove_own_tree(logdir / STAGING_DIR / name, inside=logdir / STAGING_DIR,

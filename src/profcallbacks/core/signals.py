@@ -7,11 +7,13 @@ re-delivers each one that came to the job's own disposition: an ignored signal i
 (it stays ignored), a handler of the job runs exactly once, the default acts as it would have
 (SIGTERM ends the process, SIGINT raises ``KeyboardInterrupt``).
 
-:class:`TerminationGuard` makes the default SIGTERM (Slurm and torchrun preemption) end an open
-capture window cleanly: while a window is open and SIGTERM has its default disposition, a
-SIGTERM first runs a clean-up (the profiler stopped, what it recorded published as
-``-partial``), then the default disposition is restored and the signal delivered again. A
-handler the job installed (or ``SIG_IGN``) is never replaced.
+:class:`TerminationGuard` makes the default SIGTERM (Slurm and torchrun preemption) end a run's
+profiling cleanly: while a window is open, or while the end of the run waits for its exports,
+and SIGTERM has its default disposition, a SIGTERM first runs a clean-up (the profiler stopped,
+what it recorded published as ``-partial``, step summaries written, the run marker given back),
+then the default disposition is restored and the signal delivered again: the process still
+ends by SIGTERM, as the launcher expects. A handler the job installed (or ``SIG_IGN``) is never
+replaced.
 
 Example:
     >>> with held_signals():
@@ -76,14 +78,17 @@ class TerminationGuard:
     Args:
         clean_up: Called once, on the main thread, when SIGTERM arrives (it must be bounded in
             time: the launcher's grace period before SIGKILL is short).
+        message: Logged as a warning when SIGTERM arrives (what the clean-up saves).
 
     Example:
         >>> guard = TerminationGuard(lambda: None)
         >>> guard.arm(); guard.disarm()
     """
 
-    def __init__(self, clean_up: Callable[[], None]) -> None:
+    def __init__(self, clean_up: Callable[[], None], *,
+                 message: str = "what the run recorded is written") -> None:
         self._clean_up = clean_up
+        self._message = message
         self._armed = False
 
     def arm(self) -> None:
@@ -109,8 +114,7 @@ class TerminationGuard:
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.disarm()
-        log.warning("profcallbacks: SIGTERM: the open capture is stopped and published as "
-                    "-partial before the process ends.")
+        log.warning("profcallbacks: SIGTERM: %s before the process ends.", self._message)
         try:
             self._clean_up()
         except Exception as exc:  # the job's termination goes ahead whatever happens here

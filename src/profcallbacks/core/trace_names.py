@@ -93,3 +93,7 @@ CUDA_PROFILER_RANGE = "cuda_profiler_range"
 COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
                      "TorchDynamo Cache Lookup")
 """Names of the trace ranges torch.compile's code runs in (forward, backward, inductor's graph)."""
+BLOCKING_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D", "hipMemcpyWithStream")
+"""Runtime copy calls that return only when the copy is done, whatever its direction (CUDA, HIP)."""
+ASYNC_COPY_CALLS = (ASYNC_COPY_CALL, "hipMemcpyAsync")
+"""Runtime copy calls that block only when the copy goes to pageable host memory (CUDA, HIP)."""

@@ -144,6 +144,11 @@ class RunOutputs:
             steps = self._publisher.steps_file if self._publisher is not None else None
             lock.leave_shared((steps, self._findings_file))
 
+    def write_pending(self) -> None:
+        """Write the step summaries held back (the steps file writes once a second); never raises."""
+        if self._publisher is not None:
+            self._publisher.write_pending()
+
     def release_lock(self) -> None:
         """Give the run marker back; never raises."""
         if self._lock is not None:

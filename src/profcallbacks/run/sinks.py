@@ -240,6 +240,14 @@ class SummaryPublisher:
                             "saved.", self._steps_file.path, exc)
                 self._steps_file = None
 
+    def write_pending(self) -> None:
+        """Write the steps file's queued lines now; never raises (a failed write keeps them)."""
+        if self._steps_file is not None:
+            try:
+                self._steps_file.flush()
+            except (OSError, ValueError) as exc:
+                log.warning("profcallbacks: cannot write %s (%s).", self._steps_file.path, exc)
+
     def close(self) -> None:
         """Write what is left; never raises."""
         if self._steps_file is not None:

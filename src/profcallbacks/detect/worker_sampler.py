@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import signal
 import time
 from collections import Counter
@@ -69,6 +70,12 @@ class StackSampler:
         if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, None):
             raise RuntimeError("SIGPROF is taken")
         signal.signal(signal.SIGPROF, self._sample)
+        atexit.register(self.stop)  # a spawned worker finalises: SIGPROF must not kill it then
+
+    def stop(self) -> None:
+        """Disarm the timer for good and ignore a ``SIGPROF`` still on its way."""
+        signal.setitimer(signal.ITIMER_PROF, 0.0)
+        signal.signal(signal.SIGPROF, signal.SIG_IGN)
 
     def update(self) -> None:
         """Arm the timer while the main process asks for samples; publish when it stops."""

@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader
 from helpers import QUIET, capture_dirs, load_trace, trace_files
 from loader_cases import BigArrays, Cheap, SlowCollate, SlowDecode, SlowInit, marked_line
 from profcallbacks import StallConfig, StepProfiler
+from profcallbacks.cli import main
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_WAIT, Finding
+from profcallbacks.watch.rows import loader_workers
 
 STALL = StallConfig(min_duration_s=0.5, min_steps=12)
 CONTEXTS = ["fork", "spawn"]
@@ -197,3 +199,27 @@ def test_a_loader_whose_timing_cannot_be_set_up_runs_as_without_it(
     warned = [r.getMessage() for r in caplog.records if "worker timing is off" in r.getMessage()]
     assert len(warned) == 1 and "read-only" in warned[0]
 
+
+
+def test_watch_shows_the_per_worker_table_of_an_input_bound_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _train(tmp_path, [_loader(SlowDecode(kib=150), "fork")], steps=60, step_s=0.005)
+    capsys.readouterr()
+    assert main(["watch", str(tmp_path), "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "Loader workers (largest part: fetch" in out, out
+    assert f"loader_cases.py:{marked_line('decode')}" in out
+    table = out[out.index("Loader workers"):]
+    assert all(f"│ {w} │" in table or f"  {w} " in table for w in (0, 1))
+
+
+def test_watch_skips_a_hostile_worker_table() -> None:
+    rows = {"loader_workers": {"part": "\x1b[31mfetch", "workers_needed": "many", "workers": {
+        "rows": [{"worker": -1}, {"worker": 0, "batches": True, "fetch_ms": float("nan")}, 7],
+        "lines": [{"line": "x.py:1 \x07", "share": float("inf")}]}}}
+    table = loader_workers(rows)
+    assert table is not None
+    assert table["rows"] == [{"worker": 0, "batches": None}]
+    assert table["part"] == "\\x1b[31mfetch" and table["needed"] is None
+    assert table["line"] == "x.py:1 \\x07"
+    assert loader_workers({"loader_workers": {"workers": "rows"}}) is None

@@ -145,6 +145,7 @@ def main() -> None:
         "cpu_control_bare_b_over_bare_a": round(cpu["bare B"] / cpu["bare A"], 4),
         "cpu_timed_over_bare": round(cpu["timed"] / cpu["bare A"], 4),
         "cpu_cost": f"{cpu['timed'] / cpu['bare A'] - 1:+.2%}",
+        "cpu_cost_vs_both_bare": f"{2 * cpu['timed'] / (cpu['bare A'] + cpu['bare B']) - 1:+.2%}",
         "timed_ratio_quartiles": [round(ratios[len(ratios) // 4], 4),
                                   round(ratios[3 * len(ratios) // 4], 4)],
         "sampled_busy": sum(int(h.get("busy") or 0) for h in workers.hot_lines()),

@@ -134,7 +134,7 @@ class LoaderWorkers:
         return iterator
 
     def _give_up(self, exc: Exception, loader: Iterable[Any]) -> Iterator[Any]:
-        self._broken = True
+        self._broken, self._pass = True, None
         log.warning("profcallbacks: cannot time the DataLoader's workers (%s); worker timing is "
                     "off for this run.", exc)
         return iter(loader)

@@ -202,8 +202,8 @@ def test_worker_tracks_overlap_the_loops_waits_for_the_same_batches(tmp_path: Pa
 
 
 def test_timing_can_be_turned_off(tmp_path: Path) -> None:
-    loader = _loader(SlowDecode(), "fork")
-    prof = _train(tmp_path, [loader], steps=60,
+    loader = _loader(SlowDecode(kib=150), "fork")
+    prof = _train(tmp_path, [loader], steps=70, step_s=0.005,
                   stall=StallConfig(min_duration_s=0.5, min_steps=12, time_workers=False))
     stall = _stall(prof)
     assert "loader_workers" not in stall.details and "Inside the loader" not in stall.message

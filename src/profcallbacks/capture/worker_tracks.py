@@ -2,8 +2,9 @@
 
 Each worker's batches become slices ``fetch #12``, ``collate #12``, ``send #12`` (the batch's
 index in its pass) on a thread of their own in a process ``profcallbacks loader workers
-(rank R)``, so Perfetto shows, under a step waiting in ``enumerate(DataLoader)#...__next__``,
-which batch it waited for and what its worker was doing. Worker times are ``perf_counter``
+(rank R)``, and the loop's waits ``wait #12`` on a thread ``training loop waits`` above them,
+so Perfetto shows, under a step waiting in ``enumerate(DataLoader)#...__next__``, which batch it
+waited for and what its worker was doing. Worker times are ``perf_counter``
 seconds (one clock for every process of the machine), moved onto the trace's wall clock here.
 The events use the category :data:`~profcallbacks.core.trace_names.LOADER_WORKER_TRACK`, which
 readers leave out of every number.
@@ -29,7 +30,10 @@ MAX_SPANS = 30_000
 """Most spans a capture carries (a long window of a fast loader)."""
 
 Span = tuple[int, int, str, int, int]
-"""A worker's span: worker, batch index, ``fetch``/``collate``/``send``, start and end (wall ns)."""
+"""A worker's span: worker, batch index, ``fetch``/``collate``/``send``, start and end (wall ns);
+the loop's wait for a batch has the worker :data:`LOOP` and the phase ``wait``."""
+LOOP = -1
+"""The "worker" of the training loop's waits: a thread of its own, first."""
 
 
 def worker_spans(batches: Callable[[float, float], list[Any]], start_ns: int,
@@ -41,6 +45,10 @@ def worker_spans(batches: Callable[[float, float], list[Any]], start_ns: int,
     found = batches((start_ns - offset) / 1e9, (end_ns - offset) / 1e9)
     out: list[Span] = []
     for b in found:
+        if getattr(b, "worker", None) is None:  # the training loop's wait for the batch
+            out.append((LOOP, b.idx, "wait", int(b.start * 1e9) + offset,
+                        int(b.end * 1e9) + offset))
+            continue
         for phase, a, z in (("fetch", b.get, b.collate0), ("collate", b.collate0, b.collate1),
                             ("send", b.send0, b.send1)):
             if a > 0 and z >= a:
@@ -62,7 +70,8 @@ def worker_track(spans: Sequence[Span], base_ns: int, *, rank: int) -> list[dict
         _meta("process_name", 0, {"name": f"profcallbacks loader workers (rank {rank})"}),
         _meta("process_sort_index", 0, {"sort_index": -1})]
     for worker in sorted({s[0] for s in spans}):
-        out.append(_meta("thread_name", worker + 1, {"name": f"DataLoader worker {worker}"}))
+        name = "training loop waits" if worker == LOOP else f"DataLoader worker {worker}"
+        out.append(_meta("thread_name", worker + 1, {"name": name}))
         out.append(_meta("thread_sort_index", worker + 1, {"sort_index": worker}))
     for worker, idx, phase, start, end in spans:
         out.append({"ph": "X", "cat": LOADER_WORKER_TRACK, "name": f"{phase} #{idx}",

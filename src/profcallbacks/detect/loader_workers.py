@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from profcallbacks.detect.worker_breakdown import BatchTimes, WorkersBreakdown, summarise
+from profcallbacks.detect.worker_breakdown import BatchTimes, WaitTimes, WorkersBreakdown, summarise
 from profcallbacks.detect.worker_hooks import TimedCollate, WorkerInit
 from profcallbacks.detect.worker_ring import (
     FAILED,
@@ -134,7 +134,7 @@ class LoaderWorkers:
         return iterator
 
     def _give_up(self, exc: Exception, loader: Iterable[Any]) -> Iterator[Any]:
-        self._broken = True
+        self._broken, self._pass = True, None
         log.warning("profcallbacks: cannot time the DataLoader's workers (%s); worker timing is "
                     "off for this run.", exc)
         return iter(loader)
@@ -237,7 +237,12 @@ class LoaderWorkers:
         return summarise(list(self.batches), self.waits, workers=workers,
                          hot=self.hot_lines(), startup=self.startup_s())
 
-    def spans(self, start: float, end: float) -> list[BatchTimes]:
-        """The timed batches that overlap ``start``-``end`` (``perf_counter`` seconds)."""
+    def spans(self, start: float, end: float) -> list[BatchTimes | WaitTimes]:
+        """The timed batches, and the loop's waits for them, that overlap ``start``-``end``
+        (``perf_counter`` seconds)."""
         self.drain()
-        return [b for b in self.batches if b.get < end and max(b.send1, b.put) > start]
+        out: list[BatchTimes | WaitTimes] = [
+            b for b in self.batches if b.get < end and max(b.send1, b.put) > start]
+        out += [WaitTimes(*key, a, z) for key, (a, z, _) in self.waits.items()
+                if a < end and z > start]
+        return out

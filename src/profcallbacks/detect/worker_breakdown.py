@@ -50,6 +50,16 @@ class BatchTimes(NamedTuple):
     send1: float
 
 
+class WaitTimes(NamedTuple):
+    """The training loop's wait for one batch (``perf_counter`` seconds), by the batch's key."""
+
+    set: int
+    pass_: int
+    idx: int
+    start: float
+    end: float
+
+
 @dataclass(frozen=True)
 class WorkerRow:
     """One worker's mean batch, in milliseconds (``per_s``: batches it builds per second)."""

@@ -24,21 +24,21 @@ from __future__ import annotations
 
 import multiprocessing.queues
 import os
+import struct
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from profcallbacks.detect.worker_ring import (
     FAILED,
+    FIELDS,
     IDX,
     OK,
     PASS,
     PID,
     READY,
     RING,
-    SEQ,
     STARTED,
     STATUS,
     T_COLLATE0,
@@ -50,9 +50,13 @@ from profcallbacks.detect.worker_ring import (
     TIMING,
     WorkerRing,
 )
-from profcallbacks.detect.worker_sampler import WORKER_LOOP, start_sampler
+from profcallbacks.detect.worker_sampler import WORKER_LOOP, StackSampler
 
 _clock = time.perf_counter
+
+
+_ROW = struct.Struct(f"{FIELDS - 1}d")  # a row's fields after SEQ
+_SEQ = struct.Struct("d")
 
 
 class _Worker:
@@ -60,22 +64,23 @@ class _Worker:
 
     def __init__(self, ring: WorkerRing, worker: int) -> None:
         self.ring, self.worker = ring, worker
-        self.rows = ring.records[worker]
         self.control = ring.control
+        self.on = memoryview(ring.control).cast("B").cast("d")  # items read without numpy
+        self._bytes = memoryview(ring.records[worker]).cast("B")  # one struct write per row
         self.passes = 0
         self.seq = 0
         self.current: list[float] | None = None  # the batch being built
         self.sent: dict[int, list[float]] = {}  # put, not yet sent (the feeder thread's)
         self.sending: list[float] | None = None
         self.phase = "idle"  # what the main thread does now: idle, fetch, collate, send
-        self.lock = threading.Lock()
+        self.sampler: StackSampler | None = None
 
     def commit(self, row: list[float]) -> None:
-        with self.lock:
-            self.seq += 1
-            slot = self.rows[(self.seq - 1) % RING]
-            slot[PASS:] = row[PASS:]
-            slot[SEQ] = self.seq
+        """Write ``row`` to the ring, ``SEQ`` last (only the feeder thread commits)."""
+        self.seq += 1
+        offset = ((self.seq - 1) % RING) * FIELDS * 8
+        _ROW.pack_into(self._bytes, offset + 8, *row[PASS:])
+        _SEQ.pack_into(self._bytes, offset, self.seq)
 
 
 _STATE: _Worker | None = None
@@ -87,7 +92,7 @@ class WorkerInit:
     Args:
         user: The loader's own ``worker_init_fn`` (``None``: none).
         ring: The pass's shared memory.
-        sampler: Start the stack sampler thread too (:mod:`~profcallbacks.detect.worker_sampler`).
+        sampler: Set the stack sampler up too (:mod:`~profcallbacks.detect.worker_sampler`).
     """
 
     def __init__(self, user: Callable[[int], None] | None, ring: WorkerRing, *,
@@ -150,15 +155,20 @@ def _install(ring: WorkerRing, worker: int, *, sampler: bool) -> None:
     multiprocessing.queues._ForkingPickler = _timed_pickler(  # type: ignore[attr-defined]
         multiprocessing.queues._ForkingPickler, state)  # type: ignore[attr-defined]
     if sampler:
-        start_sampler(state, threading.get_ident())
+        try:
+            state.sampler = StackSampler(state, plumbing=[os.path.abspath(__file__)])
+        except Exception:  # SIGPROF taken, or no setitimer here: timed, not sampled
+            state.sampler = None
 
 
 def _timed_get(get: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
     def timed_get(*args: Any, **kwargs: Any) -> Any:
         state.phase = "idle"
         r = get(*args, **kwargs)
+        if state.sampler is not None:
+            state.sampler.update()
         if isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], int):
-            if state.control[TIMING]:
+            if state.on[TIMING]:
                 row = [0.0] * 9
                 row[PASS], row[IDX], row[T_GET] = state.passes, r[0], _clock()
                 state.current = row
@@ -178,8 +188,7 @@ def _timed_put(put: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
             row[T_PUT] = _clock()
             if row[T_COLLATE1] == 0.0:  # no collate call (an error, an iterable's end)
                 row[T_COLLATE0] = row[T_COLLATE1] = row[T_PUT]
-            with state.lock:
-                state.sent[int(row[IDX])] = row
+            state.sent[int(row[IDX])] = row  # (a dict's item set and pop hold the GIL)
         state.phase = "idle"
         return put(obj, *args, **kwargs)
     return timed_put
@@ -192,9 +201,8 @@ def _timed_pickler(pickler: Any, state: _Worker) -> Any:
         @staticmethod
         def dumps(obj: Any, protocol: int | None = None) -> Any:
             row = None
-            if isinstance(obj, tuple) and obj and isinstance(obj[0], int) and state.sent:
-                with state.lock:
-                    row = state.sent.pop(obj[0], None)
+            if state.sent and isinstance(obj, tuple) and obj and isinstance(obj[0], int):
+                row = state.sent.pop(obj[0], None)
             start = _clock()
             out = pickler.dumps(obj, protocol)
             if row is not None:

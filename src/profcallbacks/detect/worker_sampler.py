@@ -1,13 +1,15 @@
 """Where inside a loader worker the time goes: a low-rate sampler of the worker's main thread.
 
 While the main process asks for it (``control[SAMPLING]``: a stall is open or a capture window
-records), a daemon thread in each worker looks at the worker's main thread every
-:data:`INTERVAL_S` (``sys._current_frames``) and counts the user's line it is in: the innermost
-frame outside libraries, so the time inside ``PIL`` or ``torch`` counts for the line of the
-user's dataset that called them (:class:`~profcallbacks.detect.frames.CallerFrames`, as the sync
-audit names lines). Samples while the worker waits for its next index are not counted. Every
-:data:`PUBLISH_S` the counts go to the worker's row of the shared memory as JSON
-(``{"busy": samples, "phases": {...}, "lines": [[line, phase, samples], ...]}``).
+records), each worker samples its own main thread every :data:`INTERVAL_S` of the CPU time it
+uses (``SIGPROF`` from ``setitimer(ITIMER_PROF)``: the handler runs on that thread between two
+bytecodes, so there is no second thread to take the GIL, and a worker waiting for its next index
+uses no CPU and is never sampled). Each sample counts the user's line the thread is in: the
+innermost frame outside libraries, so the time inside ``PIL`` or ``torch`` counts for the line of
+the user's dataset that called them (:class:`~profcallbacks.detect.frames.CallerFrames`, as the
+sync audit names lines). Every :data:`PUBLISH_S` the counts go to the worker's row of the shared
+memory as JSON (``{"busy": samples, "phases": {...}, "lines": [[line, phase, samples], ...]}``).
+A worker whose ``SIGPROF`` is already taken (another profiler) is not sampled.
 
 Example:
     >>> hot_lines({"busy": 10, "lines": [["data.py:42 __getitem__", "fetch", 7]]})
@@ -16,21 +18,18 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
+import atexit
+import signal
 import time
 from collections import Counter
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Protocol
 
-from profcallbacks.detect.frames import CallerFrames, location
+from profcallbacks.detect.frames import CallerFrames, display_path
 from profcallbacks.detect.worker_ring import SAMPLING, WorkerRing
 
 INTERVAL_S = 0.005
-"""Seconds between two looks at the worker's main thread while sampling."""
-IDLE_S = 0.05
-"""Seconds between two looks at the main process's request while not sampling."""
+"""Seconds of the worker's CPU time between two samples while sampling."""
 PUBLISH_S = 0.25
 """Seconds between two publications of the counts."""
 TOP_LINES = 20
@@ -47,54 +46,70 @@ class Sampled(Protocol):
 
     ring: WorkerRing
     worker: int
-    control: Any  # the ring's control row
     phase: str  # idle, fetch, collate or send
 
 
-def start_sampler(state: Sampled, thread_id: int) -> threading.Thread:
-    """Start the sampler of the worker ``state`` over the thread ``thread_id``."""
-    thread = threading.Thread(target=_run, args=(state, thread_id), daemon=True,
-                              name="profcallbacks-worker-sampler")
-    thread.start()
-    return thread
+class StackSampler:
+    """The ``SIGPROF`` sampler of one worker (see the module docstring); :meth:`update` arms or
+    disarms it as the main process asks (the worker's hooks call it once per batch).
 
+    Args:
+        state: The worker's timing state.
+        plumbing: Files looked through as well (the hooks' own module).
+    """
 
-def _run(state: Sampled, thread_id: int) -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    frames = CallerFrames(LIBRARIES, plumbing=[os.path.join(here, "worker_hooks.py")])
-    lines: Counter[tuple[str, str]] = Counter()
-    phases: Counter[str] = Counter()
-    busy = 0
-    published = time.monotonic()
-    changed = False
-    try:
-        while True:
-            if not state.control[SAMPLING]:
-                if changed:
-                    _publish(state, busy, phases, lines)
-                    changed = False
-                time.sleep(IDLE_S)
-                continue
-            time.sleep(INTERVAL_S)
-            phase = state.phase
+    def __init__(self, state: Sampled, plumbing: list[str]) -> None:
+        self.state = state
+        self.frames = CallerFrames(LIBRARIES, plumbing=plumbing)
+        self.lines: Counter[tuple[CodeType, int, str]] = Counter()
+        self.phases: Counter[str] = Counter()
+        self.busy = 0
+        self.armed = False
+        self.published = time.monotonic()
+        self.control = memoryview(state.ring.control).cast("B").cast("d")
+        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, None):
+            raise RuntimeError("SIGPROF is taken")
+        signal.signal(signal.SIGPROF, self._sample)
+        atexit.register(self.stop)  # a spawned worker finalises: SIGPROF must not kill it then
+
+    def stop(self) -> None:
+        """Disarm the timer for good and ignore a ``SIGPROF`` still on its way."""
+        signal.setitimer(signal.ITIMER_PROF, 0.0)
+        signal.signal(signal.SIGPROF, signal.SIG_IGN)
+
+    def update(self) -> None:
+        """Arm the timer while the main process asks for samples; publish when it stops."""
+        wanted = bool(self.control[SAMPLING])
+        if wanted == self.armed:
+            return
+        self.armed = wanted
+        signal.setitimer(signal.ITIMER_PROF, INTERVAL_S if wanted else 0.0, INTERVAL_S)
+        if not wanted:
+            self._publish()
+
+    def _sample(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            phase = self.state.phase
             if phase == "idle":
-                continue
-            frame = sys._current_frames().get(thread_id)
-            user = _user_frame(frames, frame)
-            busy += 1
-            phases[phase] += 1
-            if user is not None:
-                code = user.f_code
-                lines[(f"{location(user)} {getattr(code, 'co_qualname', code.co_name)}",
-                       phase)] += 1
-            del frame, user
-            changed = True
+                return
+            self.busy += 1
+            self.phases[phase] += 1
+            user = _user_frame(self.frames, frame)
+            if user is not None:  # named when published: a sample only counts
+                self.lines[(user.f_code, user.f_lineno, phase)] += 1
             now = time.monotonic()
-            if now - published >= PUBLISH_S:
-                _publish(state, busy, phases, lines)
-                published, changed = now, False
-    except Exception:  # the sampler never stops the worker: it stops itself
-        return
+            if now - self.published >= PUBLISH_S:
+                self._publish()
+                self.published = now
+        except Exception:  # never raise into the dataset's code
+            return
+
+    def _publish(self) -> None:
+        top = [[f"{display_path(code.co_filename)}:{line} "
+                f"{getattr(code, 'co_qualname', code.co_name)}", phase, n]
+               for (code, line, phase), n in self.lines.most_common(TOP_LINES)]
+        self.state.ring.write_hot_lines(self.state.worker, {
+            "busy": self.busy, "phases": dict(self.phases), "lines": top})
 
 
 def _user_frame(frames: CallerFrames, frame: FrameType | None) -> FrameType | None:
@@ -105,12 +120,6 @@ def _user_frame(frames: CallerFrames, frame: FrameType | None) -> FrameType | No
             return frame
         frame = frame.f_back
     return None
-
-
-def _publish(state: Sampled, busy: int, phases: Counter[str],
-             lines: Counter[tuple[str, str]]) -> None:
-    top = [[line, phase, n] for (line, phase), n in lines.most_common(TOP_LINES)]
-    state.ring.write_hot_lines(state.worker, {"busy": busy, "phases": dict(phases), "lines": top})
 
 
 def hot_lines(sampled: dict[str, Any], least: float = 0.0) -> list[tuple[str, str, float]]:

@@ -43,7 +43,8 @@ class StallConfig:
         time_workers: Time each ``DataLoader`` worker's batches (fetch, collate, send, start-up)
             for loaders iterated through ``StepProfiler.wrap``, while a stall is open or a capture
             window records, so the stall finding says where the workers' time goes
-            (``benchmarks/loader_cost.py``: under 1% of the loader's throughput).
+            (``benchmarks/loader_cost.py``: 10-50 us of worker CPU per batch with the sampler,
+            under 1% of a batch of 5 ms or more).
         sample_workers: While timing, sample each worker's stack every 5 ms to name the hot
             lines of the dataset's code.
 

@@ -98,3 +98,43 @@ def finding_row(row: dict[str, Any]) -> dict[str, Any] | None:
     if row.get("run") is not None:
         out["run"] = text(row["run"], MAX_NAME)
     return out
+
+
+_WORKER_MS = ("fetch_ms", "collate_ms", "send_ms", "transfer_ms", "busy_ms", "per_s")
+
+
+def loader_workers(details: dict[str, Any]) -> dict[str, Any] | None:
+    """The checked per-worker table of a ``dataloader_stall`` finding's ``loader_workers``
+    details (``None``: none, or not one to show): ``part``, ``needed``, ``build_per_s``,
+    ``consume_per_s``, ``line`` and ``rows`` of ``worker``, ``batches`` and the mean times.
+
+    Example:
+        >>> loader_workers({"loader_workers": {"part": "fetch", "workers": {"rows": [
+        ...     {"worker": 0, "batches": 9, "fetch_ms": 40.0, "busy_ms": 41.0}]}}})["rows"][0]
+        {'worker': 0, 'batches': 9, 'fetch_ms': 40.0, 'busy_ms': 41.0}
+    """
+    found = details.get("loader_workers")
+    table = found.get("workers") if isinstance(found, dict) else None
+    rows = table.get("rows") if isinstance(table, dict) else None
+    if not isinstance(found, dict) or not isinstance(table, dict) or not isinstance(rows, list):
+        return None
+    out_rows = []
+    for row in rows[:64]:
+        if not isinstance(row, dict) or whole(row.get("worker")) is None:
+            continue
+        checked: dict[str, Any] = {"worker": row["worker"], "batches": whole(row.get("batches"))}
+        for key in _WORKER_MS:
+            number = finite(row.get(key))
+            if number is not None:
+                checked[key] = number
+        out_rows.append(checked)
+    lines = table.get("lines")
+    first = lines[0] if isinstance(lines, list) and lines and isinstance(lines[0], dict) else {}
+    share = finite(first.get("share"))
+    return {"part": text(found.get("part", "?"), MAX_NAME),
+            "needed": whole(found.get("workers_needed")),
+            "build_per_s": finite(found.get("build_per_s")),
+            "consume_per_s": finite(found.get("consume_per_s")),
+            "line": (text(first.get("line", ""), 200) + (f" {share:.0%}" if share is not None
+                                                           else "")) if first else "",
+            "rows": out_rows}

@@ -11,8 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from profcallbacks.core.timing import median
+from profcallbacks.findings import DATALOADER_STALL
 from profcallbacks.report.render.safe import visible
-from profcallbacks.watch.rows import MAX_NAME, finite, text
+from profcallbacks.watch.rows import MAX_NAME, finite, loader_workers, text
 from profcallbacks.watch.state import LogdirState, RankView
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -75,6 +76,9 @@ def render(state: LogdirState, *, max_rank_rows: int = 16, max_findings: int = 8
     if state.checks:  # which checks ran and when (the first rank's word for all)
         parts.append(Text(f"checks: {state.checks[min(state.checks)]}", style="dim"))  # checked row
     parts.append(_ranks_table(state, max_rank_rows))
+    workers = _workers_table(state)
+    if workers is not None:  # an input-bound run: where its loader workers' time goes
+        parts.append(workers)
     parts.append(_captures_table(state, max_captures))
     parts.append(_findings_table(state, max_findings))
     if state.bad_lines:
@@ -135,6 +139,28 @@ def _summary_row(ranks: list[RankView], memory: bool) -> list[RenderableType]:
         cells.append(" ".join(f"max {_MEMORY_LABELS.get(k, k)} {max(m.get(k, 0.0) for m in rss):,.0f}"
                               for k in keys[:2]))
     return cells
+
+
+def _workers_table(state: LogdirState) -> RenderableType | None:
+    """The per-worker table of the latest ``dataloader_stall`` that has one."""
+    found = next((checked for f in reversed(state.findings) if f.get("kind") == DATALOADER_STALL
+                  and (checked := loader_workers(f.get("details") or {})) is not None), None)
+    if found is None:
+        return None
+    rate = (f"{found['build_per_s']:.1f} batches/s built, {found['consume_per_s']:.1f}/s consumed"
+            if found["build_per_s"] is not None and found["consume_per_s"] is not None else "")
+    table = Table(title=f"Loader workers (largest part: {found['part']}"
+                  + (f"; {found['needed']} workers would keep up" if found["needed"] else "")
+                  + ")", title_justify="left")
+    for name in ("worker", "batches", "fetch ms", "collate ms", "send ms", "transfer ms",
+                 "batches/s"):
+        table.add_column(name, justify="right")
+    for row in found["rows"]:
+        table.add_row(str(row["worker"]), str(row.get("batches") or "-"),
+                      *(_ms(row.get(key)) for key in ("fetch_ms", "collate_ms", "send_ms",
+                                                      "transfer_ms", "per_s")))
+    table.caption = Text("; ".join(x for x in (rate, found["line"]) if x))
+    return table
 
 
 def _captures_table(state: LogdirState, limit: int) -> RenderableType:

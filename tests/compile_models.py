@@ -32,6 +32,22 @@ class Printing(nn.Module):
         return y.relu()
 
 
+class LoggingInForward(nn.Module):
+    """Logs through Lightning's ``rank_zero_info`` inside ``forward``: a graph break inside the
+    library (``logging`` is not traced), called from this line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from lightning.fabric.utilities.rank_zero import rank_zero_info
+
+        y = self.proj(x)
+        rank_zero_info("forward")  # the graph break, inside the library
+        return y.relu()
+
+
 def def_line(module: type[nn.Module]) -> int:
     """Line of ``module.forward``'s ``def``."""
     return inspect.getsourcelines(module.forward)[1]

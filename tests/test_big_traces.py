@@ -16,7 +16,7 @@ from profcallbacks.report.read import stream as stream_module
 from profcallbacks.report.read.decode import load_trace
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.stream import stream_trace
-from profcallbacks.report.read.traces import summarise
+from profcallbacks.report.read.traces import read_trace_file, summarise
 
 DATA = Path(__file__).parent / "data"
 
@@ -183,3 +183,37 @@ def test_a_big_trace_keeps_its_device_and_mfu(tmp_path, stem, folder):
     assert reports[0]["captures"][0]["diagnoses"] == reports[1]["captures"][0]["diagnoses"]
     if stem == "h100_qwen_inference":
         assert throughput[1]["mfu"] > 0.1  # 12.9%: the FLOPs and the H100's peak both found
+
+
+def test_the_event_limit_follows_the_memory_available(monkeypatch):
+    available = stream_module.available_bytes()
+    assert available is not None and available > 0  # read from /proc/meminfo here
+    monkeypatch.setattr(stream_module, "available_bytes", lambda: 64 << 20)
+    events, seen = stream_module.event_limit()
+    assert seen == 64 << 20
+    assert events == (32 << 20) // stream_module.BYTES_PER_EVENT < stream_module.MAX_STREAM_EVENTS
+    monkeypatch.setattr(stream_module, "available_bytes", lambda: 1 << 50)
+    assert stream_module.event_limit()[0] == stream_module.MAX_STREAM_EVENTS
+
+
+def test_reading_takes_at_most_the_memory_the_limit_counts_per_event(big_run):
+    run, _ = big_run
+    path = next(run.rglob("*.gz"))
+    kept = 40 * 2500 + 40  # operators and step ranges; 6 Python frames per operator besides
+    peak = peak_bytes(lambda: read_trace_file(path))
+    counted = kept + 6 * kept // stream_module.FRAMES_PER_EVENT
+    piece = 16 << 20  # one piece decoded at a time, whatever the file's size
+    assert peak < counted * stream_module.BYTES_PER_EVENT + piece, (peak, (peak - piece) / counted)
+
+
+def test_a_trace_beyond_the_memory_available_is_named_not_read(big_run, monkeypatch):
+    run, _ = big_run
+    path = next(run.rglob("*.gz"))
+    monkeypatch.setattr(stream_module, "available_bytes", lambda: 40 << 20)  # 20 MiB: ~65k events
+    report = build_report(locate_run(run))
+    [problem] = [p for p in report["problems"] if "beyond what the report reads" in p["error"]]
+    limit = (20 << 20) // stream_module.BYTES_PER_EVENT
+    assert problem["file"] == str(path)
+    assert f"more than {limit:,} events" in problem["error"]
+    assert "of the 40 MiB available" in problem["error"] and "more memory" in problem["error"]
+    assert report["captures"][0]["files"][0]["readable"] is False

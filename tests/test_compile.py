@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 
 import helpers
-from compile_models import Printing, Shaped, def_line, line_of
+from compile_models import LoggingInForward, Printing, Shaped, def_line, line_of
 from front_ends import FRONT_ENDS
 from profcallbacks import StepProfiler
 from profcallbacks.findings import COMPILE_FALLBACK, GRAPH_BREAK, RECOMPILE, Finding
@@ -113,6 +113,20 @@ def test_a_print_in_forward_is_a_graph_break_at_its_line(tmp_path: Path) -> None
     assert breaks[0].severity == "info" and breaks[0].step == 0
     assert "item()" in breaks[0].details["reason"] or "print" in breaks[0].details["reason"]
     assert "compile_models.py:" in breaks[0].message
+
+
+def test_a_graph_break_inside_a_library_names_the_users_calling_line(tmp_path: Path) -> None:
+    model = torch.compile(LoggingInForward(), backend="aot_eager")
+    prof = StepProfiler(tmp_path, **QUIET)
+    train(prof, model, [4] * 4)
+    [found] = kinds(prof.findings, GRAPH_BREAK)
+    user_file = str(Path(__file__).with_name("compile_models.py"))
+    call_line = line_of(LoggingInForward, "rank_zero_info(")
+    assert (found.details["call_file"], found.details["call_line"]) == (user_file, call_line)
+    assert "lightning_utilities" in found.details["file"] and found.details["line"]
+    assert f"graph break at tests/compile_models.py:{call_line} (inside lightning_utilities" in (
+        found.message)
+    assert "logging" in found.details["reason"]
 
 
 def test_a_steady_compiled_loop_has_no_compile_findings(tmp_path: Path) -> None:

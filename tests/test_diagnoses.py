@@ -245,14 +245,22 @@ def test_grad_accumulation_sync_fires_on_all_reduce_per_micro_batch():
 
 def test_hidden_copies_from_contiguous_and_layout_conversions():
     # Reasoning: 3 ms of a 10 ms step in copy kernels under aten::contiguous and NCHW->NHWC
-    # conversions: real work removed by channels_last and view-preserving ops.
+    # conversions, on the GPU's critical path (the host waits for the GPU at the step's end):
+    # real work removed by channels_last and view-preserving ops.
     events = [_op("ProfilerStep#1", 0, 10_000, "user_annotation"),
               _op("aten::contiguous", 100, 100), _op("aten::clone", 110, 80),
-              _op("aten::copy_", 120, 50), _op("aten::conv2d", 500, 100)]
+              _op("aten::copy_", 120, 50), _op("aten::conv2d", 500, 100),
+              _op("cudaStreamSynchronize", 700, 9_250, "cuda_runtime")]
     events += _launch(130, 1, "void at::native::elementwise_kernel<direct_copy_kernel_cuda>", 200, 2000)
     events += _launch(510, 2, "void cudnn::ops::nchwToNhwcKernel<float>", 2300, 1000)
+    events += _launch(520, 3, "void implicit_convolve_hhgemm<half>", 3300, 6_640)
     found = _diagnose(events)
     assert found["hidden_copies"].gain_ms == pytest.approx(3.0)
+    assert found["hidden_copies"].details["shortens"] == "gpu"
+    # the same copies while the host holds the step (no wait for the GPU): they gain nothing now
+    idle_gpu = [e for e in events if e["name"] not in ("cudaStreamSynchronize",
+                                                        "void implicit_convolve_hhgemm<half>")]
+    assert "hidden_copies" not in _diagnose(idle_gpu)
     assert any("channels_last" in f for f in found["hidden_copies"].fix)
     few = [e for e in events if "nchwToNhwc" not in e["name"]]
     next(e for e in few if "direct_copy" in e["name"])["dur"] = 400  # 4% of the step: under 5%

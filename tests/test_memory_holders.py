@@ -83,3 +83,21 @@ def test_attribute_stores_and_module_lists_are_named():
     kept = sites[location("module-list", here)]
     assert kept["held_by"].startswith("HISTORY (a list of ") and kept["count"] == 2
     HISTORY.clear()
+
+
+def test_a_list_inside_a_dict_is_named_at_its_append():
+    """``history["loss"].append(loss)``: the list sits in a dict, the dict in the loop's locals."""
+    linear = torch.nn.Linear(8, 32)
+    history: dict[str, list[torch.Tensor]] = {"loss": []}
+    with MemorySiteSpy() as spy:
+        for _ in range(3):
+            out = linear(torch.randn(4, 8)).sum()  # SYNC: make-nested
+            history["loss"].append(out)  # SYNC: nested-append
+    del out
+    here = __file__
+    sites = {s["location"]: s for s in spy.alive_sites()}
+    kept = sites[location("nested-append", here)]
+    assert kept["allocated_at"] == location("make-nested", here) and kept["count"] == 3
+    test = "test_a_list_inside_a_dict_is_named_at_its_append"
+    assert kept["held_by"] == f"a list in history (a dict in {test}())"
+    assert kept["autograd_graph"] is True

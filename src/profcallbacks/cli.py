@@ -1,5 +1,5 @@
-"""The ``profcallbacks`` command line: ``report LOGDIR``, ``compare RUN_A RUN_B``, ``watch LOGDIR`` and
-``open LOGDIR|TRACE``.
+"""The ``profcallbacks`` command line: ``report LOGDIR``, ``compare RUN_A RUN_B``, ``watch LOGDIR``,
+``open LOGDIR|TRACE`` and ``summarize DIR``.
 
 Exit status: 0 when something was read (files that could not be read are named on stderr), 1 when
 nothing in the log directory could be read, 2 for a path that does not exist or holds no run.
@@ -37,6 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--peak-tflops", type=_positive, metavar="TFLOPS",
                         help="the device's dense peak (TFLOP/s) for MFU, for a device the "
                              "built-in table lacks")
+    report.add_argument("--no-summaries", action="store_true",
+                        help="parse every trace, even where its summary (<trace>.summary.json) "
+                             "still matches it")
+    summarize = sub.add_parser(
+        "summarize", help="write a summary next to each trace of a directory",
+        description="Write <trace>.summary.json next to each trace of DIR (traces the training "
+                    "job did not summarise itself), so `report`, `compare` and `watch` read "
+                    "kilobytes instead of the traces. Under torchrun or srun each rank takes "
+                    "every WORLD_SIZE-th file and rank 0 prints the totals.")
+    summarize.add_argument("logdir", type=Path, metavar="DIR")
+    summarize.add_argument("--processes", type=int, default=1,
+                           help="worker processes on this machine (default 1)")
+    summarize.add_argument("--force", action="store_true",
+                           help="rewrite summaries that still match their trace")
     compare = sub.add_parser("compare", help="what changed between two log directories",
                              description="What changed from RUN_A to RUN_B: step time, data-wait "
                                          "share, top operators and findings.")
@@ -131,12 +145,14 @@ def _positive(text: str) -> float:
     return value
 
 
-def _load(path: Path, top: int, peak_tflops: float | None = None) -> dict[str, Any] | None:
+def _load(path: Path, top: int, peak_tflops: float | None = None, *,
+          summaries: bool = True) -> dict[str, Any] | None:
     from profcallbacks.report import NoRunError, build_report, locate_run
     from profcallbacks.report.render.safe import visible
 
     try:
-        report = build_report(locate_run(path), top=top, peak_tflops=peak_tflops)
+        report = build_report(locate_run(path), top=top, peak_tflops=peak_tflops,
+                              summaries=summaries)
     except NoRunError as exc:
         print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
         return None
@@ -166,7 +182,7 @@ def _report(args: argparse.Namespace) -> int:
     listed = _several_runs(args.logdir, args)
     if listed is not None:
         return listed
-    report = _load(args.logdir, args.top, args.peak_tflops)
+    report = _load(args.logdir, args.top, args.peak_tflops, summaries=not args.no_summaries)
     if report is None:
         return 2
     if not report["readable"] and args.format != "json":  # a blank report would say nothing
@@ -218,6 +234,42 @@ def _compare(args: argparse.Namespace) -> int:
     return status
 
 
+def _summarize(args: argparse.Namespace) -> int:
+    from profcallbacks.report import NoRunError, locate_run
+    from profcallbacks.report.render.safe import visible
+    from profcallbacks.report.summarize import (
+        gather_counts,
+        launcher_rank,
+        share,
+        summarize_files,
+    )
+
+    if args.processes < 1:
+        print(f"profcallbacks: --processes must be at least 1, got {args.processes}",
+              file=sys.stderr)
+        return 2
+    try:
+        run = locate_run(args.logdir)
+    except NoRunError as exc:
+        print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
+        return 2
+    files = sorted({f for c in run.captures for f in c.files})
+    rank, world_size = launcher_rank()
+    mine = share(files, rank, world_size)
+    if world_size > 1:
+        print(f"profcallbacks: rank {rank} of {world_size} summarises {len(mine)} of "
+              f"{len(files)} traces", file=sys.stderr)
+    result = gather_counts(summarize_files(mine, processes=args.processes, force=args.force),
+                           world_size)
+    for path, why in result.failed if rank == 0 else []:
+        print(visible(f"profcallbacks: no summary for {path}: {why}"), file=sys.stderr)
+    if rank == 0:
+        print(f"profcallbacks: {result.written} summaries written, {result.kept} kept (still "
+              f"matching), {len(result.failed)} failed, of {len(files)} traces"
+              + (f" over {world_size} ranks" if world_size > 1 else ""))
+    return 1 if files and len(result.failed) == len(files) else 0
+
+
 def _watch(args: argparse.Namespace) -> int:
     from profcallbacks.watch import WatchOptions, watch
 
@@ -251,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-steps must be at least 1, got {args.min_steps}")
     if getattr(args, "fail_if_slower", None) is not None and not args.fail_if_slower >= 0:
         parser.error(f"--fail-if-slower must be a percentage of at least 0, got {args.fail_if_slower}")
-    commands = {"report": _report, "compare": _compare, "watch": _watch, "open": _open}
+    commands = {"report": _report, "compare": _compare, "watch": _watch, "open": _open,
+                "summarize": _summarize}
     try:
         return commands[args.command](args)
     except KeyboardInterrupt:

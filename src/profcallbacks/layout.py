@@ -6,6 +6,7 @@ report``) share this one module, so the two cannot drift apart::
     <logdir>/
       step000120-schedule/                      capture_dir_name(120, "schedule")
         rank0_myhost.120.pt.trace.json.gz       trace_file_name("rank0_myhost", 120)
+        rank0_myhost.120.pt.trace.json.gz.summary.json  summary_file_name(...): its summary
         all-ranks.120.trace.json.gz             merged_file_name(120): every rank, aligned
       step000300-manual-partial/                capture_dir_name(300, "manual", partial=True)
       profcallbacks/                            META_DIR
@@ -48,6 +49,8 @@ TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
 """The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
 MERGED_FILE = re.compile(r"^all-ranks\.(\d+)\.trace\.json\.gz$")
 """The merged trace of all ranks: no ``.pt.trace.json``, so the plugin never takes it for a worker."""
+SUMMARY_SUFFIX = ".summary.json"
+"""``<trace file>.summary.json``: a trace's summary; the plugin's pattern never matches it."""
 RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
 
 
@@ -77,6 +80,11 @@ def parse_capture_dir(name: str) -> tuple[int, str, bool] | None:
 def trace_file_name(worker: str, first_step: int) -> str:
     """``<worker>.<first step>.pt.trace.json.gz``: the plugin's worker and span, equal on all ranks."""
     return f"{worker}.{first_step}.pt.trace.json.gz"
+
+
+def summary_file_name(trace_name: str) -> str:
+    """``<trace file name>.summary.json``: the summary written next to a trace."""
+    return trace_name + SUMMARY_SUFFIX
 
 
 def merged_file_name(first_step: int) -> str:

@@ -147,8 +147,9 @@ class StepProfiler:
         # marked like DataLoader's own fetches, so traces count them as data wait too
         mark = f"enumerate(DataLoader)#{type(iterable).__name__}.__next__"
         marks = not isinstance(iterable, DataLoader)  # a DataLoader marks its own
+        workers = session.loader_workers  # times a DataLoader's workers while asked to
         start = clock()
-        iterator = iter(iterable)
+        iterator = workers.iterate(iterable)
         while True:
             try:
                 if marks and session.tracing:  # only inside a recording window: free outside it
@@ -158,7 +159,9 @@ class StepProfiler:
                     item = next(iterator)
             except StopIteration:
                 return
-            session.data_wait(clock() - start)
+            end = clock()
+            session.data_wait(end - start)
+            workers.fetched(start, end)
             if session.auditing:  # the audit follows what is computed from the batch
                 session.mark_batch(item)
             yield item

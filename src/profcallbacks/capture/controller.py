@@ -82,6 +82,8 @@ class CaptureController:
             "step summaries and findings are written; the export helper finishes the captures"))
         self.run_findings: Callable[[], list[Finding]] = list
         """The run's findings so far (the session sets it): each capture's track shows them."""
+        self.loader_batches: Callable[[float, float], list[Any]] | None = None
+        """The loader workers' timed batches between two perf_counter times (their tracks)."""
 
     def release_retired(self) -> None:
         """Free the events the last exported profiler recorded (at a pause, a new window or the
@@ -342,11 +344,25 @@ class CaptureController:
         info = replace(self._info(capture, partial=partial),
                        pieces=tuple(str(raw) for raw, _ in pieces[:-1]),
                        budget=self._budget.metadata(capture.window) if self._budget else None,
-                       findings=self._track_findings())
+                       findings=self._track_findings(),
+                       loader=self._worker_spans(capture))
         self._exporter.queue(pieces[-1][0], raw_bytes, info)
         if self._budget is not None:
             self._budget.recorded(info.name, trace_file_name(self._rank.worker, info.first_step),
                                   capture.options, steps=len(capture.spans), raw_bytes=raw_bytes)
+
+    def _worker_spans(self, capture: TraceCapture) -> tuple[tuple[int, int, str, int, int], ...]:
+        """The loader workers' spans of the capture's steps, for their tracks."""
+        if self.loader_batches is None or not capture.spans:
+            return ()
+        try:
+            from profcallbacks.capture.worker_tracks import worker_spans
+
+            return worker_spans(self.loader_batches, capture.spans[0].start_ns,
+                                capture.spans[-1].end_ns)
+        except Exception as exc:  # the tracks are never worth the capture
+            log.warning("profcallbacks: the loader workers' tracks are left out (%s).", exc)
+            return ()
 
     def _owe(self, window: Window) -> None:
         """This rank will write a file of ``window``'s capture: ranks that publish it wait for it."""

@@ -33,6 +33,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from profcallbacks.capture.worker_tracks import worker_track
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.trace_names import FINDINGS_TRACK
 from profcallbacks.findings import (
@@ -114,7 +115,8 @@ def findings_track(steps: Sequence[Step], findings: Sequence[dict[str, Any]], *,
 
 def capture_track(info: CaptureInfo, base_ns: int, found: Sequence[Finding]) -> list[dict[str, Any]]:
     """The findings track of the capture ``info``: the run's findings it carries, and the verdict
-    and diagnoses of its live analysis (``found``, its ``capture_verdict`` among them).
+    and diagnoses of its live analysis (``found``, its ``capture_verdict`` among them); then the
+    loader workers' tracks (:mod:`~profcallbacks.capture.worker_tracks`).
 
     Args:
         info: The capture window, with the run's findings when it closed.
@@ -126,7 +128,8 @@ def capture_track(info: CaptureInfo, base_ns: int, found: Sequence[Finding]) -> 
     verdict = next((f.details for f in found if f.kind == CAPTURE_VERDICT), None)
     diagnoses = [d for d in (verdict or {}).get("diagnoses") or [] if isinstance(d, dict)]
     return findings_track(steps, info.findings, rank=info.rank.rank, verdict=verdict,
-                          diagnoses=diagnoses)
+                          diagnoses=diagnoses) + worker_track(info.loader, base_ns,
+                                                              rank=info.rank.rank)
 
 
 def append_events(encoded: bytes, events: Sequence[dict[str, Any]]) -> bytes:

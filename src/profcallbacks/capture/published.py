@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from profcallbacks.capture.merge import merge_capture
+from profcallbacks.capture.merge_choice import merge_choice
 from profcallbacks.capture.retention import Retention
 from profcallbacks.core.faults import describe_error
 from profcallbacks.layout import TRACE_FILE, merged_file_name, parse_capture_dir
@@ -52,6 +53,7 @@ class AfterPublish:
         if budget is None or not budget.merge_ranks or len(traces) < 2 or parsed is None:
             return None
         name = merged_file_name(parsed[0])
+        traces = merge_choice(traces)  # a large capture: its slowest ranks and a median one
         try:
             meta = merge_capture(traces, directory / name, budget_bytes=budget.capture_bytes)
         except FileExistsError:

@@ -32,6 +32,7 @@ from profcallbacks.capture.claims import (
 from profcallbacks.capture.findings_track import append_events, capture_track
 from profcallbacks.capture.pieces import stitch
 from profcallbacks.capture.postprocess import postprocess
+from profcallbacks.capture.summary_file import SUMMARY_KEY, trace_tie, write_summary
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
@@ -54,6 +55,7 @@ from profcallbacks.layout import (
     TRACE_FILE,
     numbered_capture_dir,
     parse_capture_dir,
+    summary_file_name,
     trace_file_name,
 )
 
@@ -125,8 +127,10 @@ RAW_DIR_PREFIX = ".raw-"
 """Staging holds one private directory (``mkdtemp``, mode 0700) per raw trace kineto saves."""
 RAW_FILE = "trace.json"
 MAX_RAW_BYTES = 1 << 40
-_STAGED_FILE = re.compile(r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.writing|\.raw\.json)$")
-"""Files a capture's stage may hold: trace files (``.ready`` once complete) and half-written ones."""
+_STAGED_FILE = re.compile(
+    r"^.*(\.pt\.trace\.json(\.gz)?(\.ready|\.summary\.json)?|\.writing|\.raw\.json)$")
+"""Files a capture's stage may hold: trace files (``.ready`` once complete), their summaries and
+half-written ones."""
 
 
 def new_raw_trace_path(logdir: Path, info: CaptureInfo, claim: StagingClaim | None = None) -> Path:
@@ -281,6 +285,7 @@ class CaptureWriter:
                         gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZIP_LEVEL) as f:
                     f.write(encoded)
                 del encoded
+                self._write_summary(stage_fd, writing, name, info)  # before: it moves along
                 os.replace(writing, name + _READY, src_dir_fd=stage_fd, dst_dir_fd=stage_fd)
             finally:
                 if _unlinked(writing, stage_fd):  # else read-only: removed at close
@@ -346,6 +351,26 @@ class CaptureWriter:
             log.warning("profcallbacks: analysing capture %s failed (%s: %s).", info.name,
                         type(exc).__name__, exc)
             return []
+
+    def _write_summary(self, stage_fd: int, writing: str, name: str, info: CaptureInfo) -> None:
+        """Write the live analysis's summary of the trace just written (``writing``, to be
+        ``name``) into the stage, tied to the trace's bytes; a failure only warns."""
+        last = self._history[-1] if self._history else None
+        if not isinstance(last, dict) or last.get("name") != info.name:
+            return
+        record = last.pop(SUMMARY_KEY, None)
+        if not isinstance(record, dict):
+            return
+        try:
+            fd = os.open(writing, os.O_RDONLY, dir_fd=stage_fd)
+            try:
+                tie = trace_tie(fd)
+            finally:
+                os.close(fd)
+            write_summary(stage_fd, name, record, tie)
+        except Exception as exc:  # the trace is still published; reports read it instead
+            log.warning("profcallbacks: could not write the summary of capture %s (%s).",
+                        info.name, describe_error(exc, self._staging))
 
     def _published(self, name: str, final: Path) -> None:
         self._waiting.discard(name)
@@ -433,6 +458,9 @@ def _publish_from(logdir: Path, name: str, stage_fd: int) -> Path | None:
             with _directory(final) as final_fd:
                 for file in files:
                     os.replace(file, file, src_dir_fd=stage_fd, dst_dir_fd=final_fd)
+                    with contextlib.suppress(FileNotFoundError):  # its summary, when written
+                        os.replace(summary_file_name(file), summary_file_name(file),
+                                   src_dir_fd=stage_fd, dst_dir_fd=final_fd)
             with contextlib.suppress(OSError):
                 os.rmdir(".publishing", dir_fd=stage_fd)
             remove_own_tree(logdir / STAGING_DIR / name, inside=logdir / STAGING_DIR,

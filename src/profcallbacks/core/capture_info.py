@@ -34,3 +34,5 @@ class CaptureInfo:
     budget: dict[str, Any] | None = None  # what the byte budget predicted and trimmed
     pieces: tuple[str, ...] = ()  # raw traces of its first steps, saved before the main one
     findings: tuple[dict[str, Any], ...] = ()  # the rank's findings at its end, for its track
+    # the loader workers' spans: (worker, batch index, "fetch"/"collate"/"send", start, end ns)
+    loader: tuple[tuple[int, int, str, int, int], ...] = ()

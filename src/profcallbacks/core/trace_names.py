@@ -27,6 +27,8 @@ FWDBWD_FLOW = "fwdbwd"
 """Flow events joining a forward op to its backward."""
 FINDINGS_TRACK = "profcallbacks_finding"
 """The findings track profcallbacks adds to its exported traces: readers leave it out."""
+LOADER_WORKER_TRACK = "profcallbacks_loader_worker"
+"""The loader workers' tracks profcallbacks adds to its exported traces: readers leave them out."""
 
 OLD_CATEGORIES = {"Operator": CPU_OP, "Runtime": CUDA_RUNTIME, "Kernel": KERNEL,
                   "Memcpy": GPU_MEMCPY, "Memset": GPU_MEMSET, "Python": PYTHON_FUNCTION}
@@ -42,7 +44,8 @@ DEVICE_CATEGORIES = GPU_CATEGORIES | RUNTIME_CATEGORIES | {GPU_USER_ANNOTATION}
 """Events only a trace with accelerator activity holds."""
 HOST_ONLY_CATEGORIES = frozenset({CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION, CPU_INSTANT_EVENT,
                                   TRACE_SPAN, FWDBWD_FLOW, "Operator", "Python",
-                                  "python_function_call", FINDINGS_TRACK})
+                                  "python_function_call", FINDINGS_TRACK,
+                                  LOADER_WORKER_TRACK})
 """Categories a trace without any accelerator activity holds (anything else is a device's)."""
 
 # Names of ranges and calls.
@@ -90,3 +93,7 @@ CUDA_PROFILER_RANGE = "cuda_profiler_range"
 COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph",
                      "TorchDynamo Cache Lookup")
 """Names of the trace ranges torch.compile's code runs in (forward, backward, inductor's graph)."""
+BLOCKING_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D", "hipMemcpyWithStream")
+"""Runtime copy calls that return only when the copy is done, whatever its direction (CUDA, HIP)."""
+ASYNC_COPY_CALLS = (ASYNC_COPY_CALL, "hipMemcpyAsync")
+"""Runtime copy calls that block only when the copy goes to pageable host memory (CUDA, HIP)."""

@@ -24,6 +24,7 @@ _LIMIT = re.compile(r"hit config\.(?P<limit>\w+) \((?P<value>\d+)\)")
 _FUNCTION = re.compile(r"function: '(?P<name>[^']+)' \((?P<file>.+):(?P<line>\d+)\)")
 _LAST_REASON = re.compile(r"(?:last reason|reasons?): (?P<reason>.+)")
 _BREAK_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)")
+_TRACEBACK_LINE = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+)', re.MULTILINE)
 _STACK_LINE = re.compile(r"Line: (?P<line>\d+), Name: (?P<name>.+?), Filename: (?P<file>.+)$")
 
 
@@ -47,12 +48,15 @@ class LimitHit(NamedTuple):
 
 
 class GraphBreak(NamedTuple):
-    """One graph break: where (the user's ``file:line``) and why (dynamo's first words)."""
+    """One graph break: where (dynamo's ``file:line``, which may be a library's), why (dynamo's
+    first words) and the user code traceback (``(file, line)``, outermost first; empty when dynamo
+    suppressed it for a break seen before)."""
 
     file: str | None
     line: int | None
     reason: str
     hint: str | None
+    stack: tuple[tuple[str, int], ...] = ()
 
 
 def first_reason(recompile_reason: str) -> str:
@@ -143,6 +147,10 @@ def graph_break(message: str) -> GraphBreak | None:
         ...                  "`torch._dynamo.config.capture_scalar_outputs = True`\\n")
         >>> gb.file, gb.line, gb.reason
         ('/src/m.py', 23, 'Unsupported Tensor.item() call with capture_scalar_outputs=False')
+        >>> graph_break("Graph break in user code at /lib/log.py:61\\nGraph Break Reason: logging"
+        ...             "\\nUser code traceback:\\n  File \\"/src/m.py\\", line 7, in forward\\n"
+        ...             "    info('hi')\\n  File \\"/lib/log.py\\", line 61, in info\\n").stack
+        (('/src/m.py', 7), ('/lib/log.py', 61))
     """
     where = _BREAK_AT.search(message)
     if where is None or "Graph break" not in message:
@@ -153,7 +161,9 @@ def graph_break(message: str) -> GraphBreak | None:
                                                             "Explanation:", "User code"))),
                   lines[0] if lines else "unsupported code")
     hint = next((ln[len("Hint:"):].strip() for ln in lines if ln.startswith("Hint:")), None)
-    return GraphBreak(where["file"], int(where["line"]), reason, hint)
+    _, _, traceback = after.partition("User code traceback:")
+    stack = tuple((m["file"], int(m["line"])) for m in _TRACEBACK_LINE.finditer(traceback))
+    return GraphBreak(where["file"], int(where["line"]), reason, hint, stack)
 
 
 def resumed_function(co_name: str) -> tuple[str, int | None]:

@@ -354,13 +354,27 @@ class CompileWatcher:
             return None  # one finding per place
         per_step = len(self._sites)
         hint = f" ({site.hint})" if site.hint else ""
-        text = (f"graph break at {_short(site.file)}:{site.line}: {site.reason}{hint}; the "
-                f"compiled graph is split there and the code around it runs eagerly "
+        where = f"{_short(site.file)}:{site.line}"
+        details: dict[str, Any] = {"file": site.file, "line": site.line, "reason": site.reason,
+                                   "hint": site.hint, "breaks_per_step": per_step}
+        caller = self._library_caller(site)
+        if caller is not None:  # inside a library: the user's line that called into it
+            details["call_file"], details["call_line"], library = caller
+            where = f"{_short(caller[0])}:{caller[1]} (inside {library} at {where})"
+        text = (f"graph break at {where}: {site.reason}{hint}; the compiled graph is split there "
+                f"and the code around it runs eagerly "
                 f"({per_step} graph break{'s' if per_step != 1 else ''} per step so far)")
         return Finding(GRAPH_BREAK, step=step if step is not None else self._after_last(),
-                       rank=self.rank, severity="info", message=text,
-                       details={"file": site.file, "line": site.line, "reason": site.reason,
-                                "hint": site.hint, "breaks_per_step": per_step})
+                       rank=self.rank, severity="info", message=text, details=details)
+
+    def _library_caller(self, site: GraphBreak) -> tuple[str, int, str] | None:
+        """The innermost user frame of the break's traceback and the library's name when the
+        break itself is in a library's code (``rank_zero_info`` in a ``forward``), else ``None``."""
+        library = None if self._frames is None or site.file is None else self._frames.kind(site.file)
+        if not library or self._frames is None:
+            return None
+        frames = self._frames
+        return next(((f, n, library) for f, n in reversed(site.stack) if frames.is_user(f)), None)
 
     def _user_code(self, path: str) -> bool:
         return self._frames is None or self._frames.is_user(path)

@@ -27,6 +27,8 @@ import torch
 from profcallbacks.detect.frames import CallerFrames, display_path
 
 _CONTAINERS = (list, dict, set, tuple)
+_ITEM = r"\s*(\[[^\]]*\]|\.(setdefault|get)\(.*?\))"
+"""How a container held inside another is reached before the store: ``[key]``, ``.setdefault(...)``."""
 _STORES = (r"\.\s*(append|extend|insert|add|update|appendleft|setdefault|put)\s*\(",
            r"\s*\[[^\]]*\]\s*=[^=]", r"\s*\+=", r"\s*=[^=]")
 
@@ -61,12 +63,16 @@ def _holders(pointers: set[int], frames: CallerFrames) -> dict[int, tuple[str, s
     for obj in gc.get_referrers(*dicts) if dicts else []:  # objects whose __dict__ holds one
         if _attributes(obj) is not None and any(_attributes(obj) is d for d in dicts):
             owners.append(obj)
-    stack = this.f_back  # running frames are no referrers the collector sees: their locals
-    while stack is not None:  # are looked at on this thread's stack (the training loop's)
-        owners.append(stack)
+    running = []  # running frames are no referrers the collector sees: their locals
+    stack = this.f_back  # are looked at on this thread's stack (the training loop's)
+    while stack is not None:
+        running.append(stack)
         stack = stack.f_back
+    owners += running
+    ours = {id(containers), id(owners), id(dicts), id(running)}
     for container in containers:
-        where = _store_line(container, owners, frames, this)
+        where = _store_line(container, owners, frames, this) or _nested_store_line(
+            container, [o for o in owners if id(o) not in ours], running, frames, this)
         if where is None:
             continue
         graph = any(t.grad_fn is not None for t in held[id(container)])
@@ -74,6 +80,22 @@ def _holders(pointers: set[int], frames: CallerFrames) -> dict[int, tuple[str, s
             found.setdefault(_pointer(tensor), (*where, graph))
     del tensors, by_id, containers, held, owners
     return found
+
+
+def _nested_store_line(container: Any, owners: list[Any], running: list[types.FrameType],
+                       frames: CallerFrames, this: types.FrameType) -> tuple[str, str] | None:
+    """The store into ``container`` through the dict or list that holds it (one level:
+    ``history["loss"].append(loss)``, ``metrics.setdefault(k, []).append(...)``)."""
+    for parent in owners:
+        if not isinstance(parent, (list, dict)) or not any(
+                v is container for v in (parent.values() if isinstance(parent, dict) else parent)):
+            continue
+        where = _store_line(parent, gc.get_referrers(parent) + running, frames, this,
+                            through=_ITEM)
+        if where is not None:
+            line, held_by = where
+            return line, f"a {type(container).__name__} in {held_by}"
+    return None
 
 
 def _attributes(obj: Any) -> dict[str, Any] | None:
@@ -114,8 +136,9 @@ def _members(ref: Any, by_id: dict[int, torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _store_line(container: Any, owners: list[Any], frames: CallerFrames,
-                this: types.FrameType) -> tuple[str, str] | None:
-    """``(path:line, "losses (a list)")`` of the user's store into ``container``."""
+                this: types.FrameType, through: str = "") -> tuple[str, str] | None:
+    """``(path:line, "losses (a list)")`` of the user's store into ``container`` (or, with
+    ``through``, into what ``container[...]`` holds)."""
     kind = type(container).__name__
     instance = next((o for o in owners if isinstance(container, dict)
                      and _attributes(o) is container), None)  # an object's own attribute dict
@@ -133,20 +156,21 @@ def _store_line(container: Any, owners: list[Any], frames: CallerFrames,
         if isinstance(owner, types.FrameType) and frames.is_user(owner.f_code.co_filename):
             for name, value in owner.f_locals.items():
                 if value is container:
-                    line = _code_line(owner.f_code, re.escape(name))
+                    line = _code_line(owner.f_code, re.escape(name) + through)
                     if line:
                         return line, f"{name} (a {kind} in {owner.f_code.co_name}())"
         elif isinstance(owner, dict) and isinstance(owner.get("__file__"), str) \
                 and frames.is_user(owner["__file__"]):
             for name, value in owner.items():
                 if value is container:
-                    line = _file_line(owner["__file__"], re.escape(name))
+                    line = _file_line(owner["__file__"], re.escape(name) + through)
                     if line:
                         return line, f"{name} (a {kind} of {owner.get('__name__', 'a module')})"
         elif _attributes(owner) is not None:
             for name, value in (_attributes(owner) or {}).items():
                 if value is container:
-                    line = _class_line(type(owner), rf"self\.{re.escape(name)}", frames)
+                    line = _class_line(type(owner), rf"self\.{re.escape(name)}{through}",
+                                       frames)
                     if line:
                         return line, f"{type(owner).__name__}.{name} (a {kind})"
     return None

@@ -13,7 +13,9 @@ from operator import add
 
 from profcallbacks.core.timing import StepRecord, median
 from profcallbacks.detect.base import Participant
+from profcallbacks.detect.loader_workers import LoaderWorkers
 from profcallbacks.detect.loaders import LoaderInfo, restarts_workers, stall_advice
+from profcallbacks.detect.worker_breakdown import STARTUP, startup_text, verdict
 from profcallbacks.findings import DATALOADER_STALL, DATALOADER_STALL_CLEARED, DATALOADER_WAIT, Finding
 from profcallbacks.options.stall import StallConfig
 
@@ -73,6 +75,8 @@ class StallDetector(Participant):
         self._isolated_reports = 0
         self._restarted = False  # a pass began that starts the loader's workers again
         self._startup_until = 0  # steps before this one wait for the workers' start-up too
+        self.workers: LoaderWorkers | None = None  # the loader's worker timing (the session's)
+        self._workers_on = False
 
     def _blocks_needed(self) -> int:
         return max(3, math.ceil(self.config.window / self._block_len))
@@ -183,6 +187,7 @@ class StallDetector(Participant):
             self._blocks.append((first + i + q * size, first + i + (q + 1) * size - 1, size,
                                  wait_sums[q], time_sums[q]))
         self._shares.extend(shares)
+        self._want_workers(shares[-1] >= self.config.clear_share)
         self._judged_s = reduce(add, time_sums, self._judged_s)  # block by block, in order
         self._blocks_closed += count
         self._block_first = first + end - size
@@ -202,6 +207,7 @@ class StallDetector(Participant):
         self._block_steps, self._block_wait_s, self._block_time_s = 0, 0.0, 0.0
         self._blocks.append(block)
         self._shares.append(wait_s / time_s if time_s > 0 else 0.0)
+        self._want_workers(self._episode is not None or self._shares[-1] >= self.config.clear_share)
         self._judged_s += time_s
         self._blocks_closed += 1
         if self._blocks_closed % self._needed == 1:  # the first block, then once a window
@@ -236,6 +242,13 @@ class StallDetector(Participant):
         self._episode = None
         return [self._cleared_finding(episode, share)]
 
+    def _want_workers(self, on: bool) -> None:
+        """Worker timing (and stack sampling) while the last block waited for data at least
+        ``clear_share`` of its time or an episode is open: the stall finding's breakdown."""
+        if self.workers is not None and on != self._workers_on:
+            self._workers_on = on
+            self.workers.want("stall", on)
+
     def _held(self, episode: _Block, share: float) -> list[Finding]:
         """The alert, once the episode has held ``min_duration_s`` and ``min_steps``."""
         if episode.time_s < self.config.min_duration_s or episode.steps < self.config.min_steps:
@@ -265,12 +278,13 @@ class StallDetector(Participant):
         advice = stall_advice(self.loader, bursty=bursty)
         wait_ms = 1e3 * episode.wait_s / episode.steps
         step_ms = 1e3 * episode.time_s / episode.steps
+        inside, workers = self._inside_loader(wait_ms, step_ms, advice)
         held = (f", most of the run: the run ended before the stall had lasted "
                 f"{self.config.min_duration_s:g} s" if run_ended else "")
         message = (f"{share:.0%} of step time waiting for data ({wait_ms:.1f} ms "
                    f"of {step_ms:.1f} ms per step) over steps {episode.first_step}-"
                    f"{episode.last_step} ({episode.time_s:.1f} s{held}); a loader that keeps up "
-                   f"would make steps up to {1 / max(1 - share, 1e-3):.2f}x faster. "
+                   f"would make steps up to {1 / max(1 - share, 1e-3):.2f}x faster{inside}. "
                    f"Try: {'; '.join(advice)}.")
         return Finding(DATALOADER_STALL, episode.last_step, self.rank, "warning", message, {
             "share": round(share, 4), "share_mean": round(episode.wait_s / episode.time_s, 4),
@@ -279,7 +293,28 @@ class StallDetector(Participant):
             "steps": episode.steps, "held_s": round(episode.time_s, 3),
             "min_duration_s": self.config.min_duration_s, "run_ended": run_ended,
             "bursty": bursty, "threshold": self.config.share_threshold,
-            "block_steps": self._block_len, "loader": self.loader, "advice": advice})
+            "block_steps": self._block_len, "loader": self.loader, "advice": advice,
+            **workers})
+
+    def _inside_loader(self, wait_ms: float, step_ms: float,
+                       advice: list[str]) -> tuple[str, dict[str, object]]:
+        """What the workers' timing says of the stall (``advice`` gets its fixes first): a
+        sentence for the message and the finding's ``loader_workers`` details."""
+        if self.workers is None:
+            return "", {}
+        try:
+            breakdown = self.workers.breakdown()
+            if breakdown is None:
+                return "", {}
+            found = verdict(breakdown, wait_ms=wait_ms, step_ms=step_ms, info=self.loader)
+        except Exception as exc:  # the breakdown is never worth the finding
+            return "", {"loader_workers_error": str(exc)}
+        # the breakdown's fixes replace the generic ones about workers and __getitem__
+        kept = [a for a in advice if "persistent_workers" in a or "prefetch_factor" in a
+                or ("pin_memory" in a and not any("pin_memory" in f for f in found.fix))]
+        advice[:] = [*found.fix, *kept]
+        return (f". Inside the loader: {found.text}; the fix saves up to {found.gain_ms:.1f} ms "
+                "per step", {"loader_workers": found.details})
 
     def _cleared_finding(self, episode: _Block, share: float) -> Finding:
         mean = episode.wait_s / episode.time_s if episode.time_s else 0.0
@@ -315,11 +350,17 @@ class StallDetector(Participant):
                 f"{self.loader.get('num_workers')} workers start again for each pass)"
                 if restarted else "after the start or a pause (first batch, worker start-up)")
         advice = stall_advice(self.loader, bursty=False, startup=pattern == "startup")
+        startup = self.workers.startup_s() if pattern == "startup" and self.workers else None
+        startup_ms = 1e3 * max(a + b for a, b in startup) if startup else None
         message = (f"isolated data wait of {record.data_wait_s * 1e3:.1f} ms at step {record.step} "
-                   f"{what}" + (f". Try: {'; '.join(advice)}" if advice else "")
+                   f"{what}{startup_text(startup_ms, self.loader)}"
+                   + (f". Try: {'; '.join(advice)}" if advice else "")
                    + (". Further isolated waits are not reported." if last else "."))
         details = {"pattern": pattern, "data_wait_ms": round(record.data_wait_s * 1e3, 3),
                    "workers_restarted": restarted,
                    "step_time_ms": round(record.step_time_s * 1e3, 3), "advice": advice,
                    "median_step_time_ms": None if reference is None else round(reference * 1e3, 3)}
+        if startup:
+            details.update(part=STARTUP, startup_ms=round(startup_ms or 0.0, 3), workers_startup_ms=[
+                {"to_init_ms": round(a * 1e3, 3), "init_ms": round(b * 1e3, 3)} for a, b in startup])
         return [Finding(DATALOADER_WAIT, record.step, self.rank, "info", message, details)]

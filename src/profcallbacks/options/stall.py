@@ -40,6 +40,12 @@ class StallConfig:
             over the threshold.
         min_steps: Steps an episode holds before it alerts (20, the default window: long steps
             alert as soon as the window is over the threshold).
+        time_workers: Time each ``DataLoader`` worker's batches (fetch, collate, send, start-up)
+            for loaders iterated through ``StepProfiler.wrap``, while a stall is open or a capture
+            window records, so the stall finding says where the workers' time goes
+            (``benchmarks/loader_cost.py``: under 1% of the loader's throughput).
+        sample_workers: While timing, sample each worker's stack every 5 ms to name the hot
+            lines of the dataset's code.
 
     Example:
         >>> StallConfig(share_threshold=0.3, window=40).window
@@ -55,6 +61,8 @@ class StallConfig:
     max_isolated_reports: int = 5
     min_duration_s: float = 2.0
     min_steps: int = 20
+    time_workers: bool = True
+    sample_workers: bool = True
 
     def __post_init__(self) -> None:
         owner = "StallConfig"
@@ -73,3 +81,7 @@ class StallConfig:
                      fix="Use e.g. min_duration_s=2.0 (seconds of step time a stall holds "
                      "before it alerts), or 0 to alert at the first window over the threshold.")
         check_int(owner, "min_steps", self.min_steps, minimum=1, maximum=100_000, example=20)
+        for name in ("time_workers", "sample_workers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}({name}={getattr(self, name)!r}): expected True or "
+                                 f"False, e.g. {name}=False to turn it off.")

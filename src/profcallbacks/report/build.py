@@ -10,7 +10,6 @@ from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
 from profcallbacks.report.analyse.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analyse.captures import (
     UNHEALTHY_TRIGGERS,
-    analyse_trace,
     capture_analysis,
     public_metrics,
     rank_verdicts,
@@ -20,13 +19,16 @@ from profcallbacks.report.analyse.compile import compile_diagnoses, compile_repo
 from profcallbacks.report.analyse.coverage import slower_than_captured
 from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.analyse.memory import memory_report
+from profcallbacks.report.analyse.ranks import job_view
 from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.read.restarts import split_runs
-from profcallbacks.report.read.traces import TraceSummary, read_trace_file
+from profcallbacks.report.read.summaries import SummaryUse
+from profcallbacks.report.read.traces import TraceSummary
+from profcallbacks.report.summarize import read_one
 
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
@@ -68,11 +70,14 @@ def locate_run(path: Path) -> RunFiles:
     return runs[0]
 
 
-def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None) -> dict[str, Any]:
+def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None,
+                 summaries: bool = True) -> dict[str, Any]:
     """Reads every file of ``run`` and returns the report (see docs/reference/report-schema.md).
 
     ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
+    ``summaries``: read each trace's summary where it still matches (False: parse every trace).
     """
+    use = SummaryUse()
     problems: list[dict[str, str]] = list(run.problems)
     interval_rows = [row for path in run.steps_files.values() for row in read_jsonl(path, problems)]
     split = split_runs(interval_rows, _read_findings(run, problems))  # a restarted run: the latest
@@ -87,19 +92,19 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
         files = []
+        rank_rows: list[dict[str, Any]] = []
         analyses: list[dict[str, Any]] = []
         for path in capture.files:
             entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
             try:
-                model = read_trace_file(path)
+                summary, row = read_one(path, use, summaries=summaries)
             except ReadError as exc:
                 problems.append({"file": str(path), "error": exc.reason})
                 entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False,
-                             gpu_breakdown=None)
+                             gpu_breakdown=None, source="trace")
             else:
-                summary = model.summary
-                summary.analysis = analyse_trace(model)
-                del model
+                entry["source"] = row["source"]
+                rank_rows.append(row)
                 traces.append(summary)
                 if summary.bad_events:
                     problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
@@ -124,6 +129,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
+        in_capture = set(capture.files)  # a set: thousands of ranks per capture
         run_number = split.capture_run.get(capture.directory.name, split.runs)
         if run_number != split.runs:  # an earlier run's capture: listed, never merged
             earlier_paths.update(capture.files)
@@ -131,11 +137,11 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                          "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files, "analyses": analyses,
-                         "breakdown": breakdown([t for t in traces if t.path in capture.files]),
+                         "breakdown": breakdown([t for t in traces if t.path in in_capture]),
                          "export_overlap": any(f.get("export_overlap") for f in files),
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged
-                         else None})
+                         else None, "rank_rows": rank_rows})
     names = {n for t in traces for n in t.cpu_ops}
     context = run_context([t.format for t in traces], findings, names,
                           max([1] + [t.world_size for t in traces]))
@@ -147,6 +153,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
         c["rank_verdicts"] = rank_verdicts(c["analyses"], sync_sites, context=context)
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
+        c["job"] = job_view(c.pop("rank_rows"), c["rank_verdicts"])
         del c["analyses"]
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
@@ -193,6 +200,7 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "removed_captures": removed_captures(run.root, problems),
         "compile": compiled,
         "problems": problems,
+        "summaries": use.public(),
         "readable": bool(intervals or findings or traces),
     }
 

@@ -7,11 +7,13 @@ training thread, where the session emits them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.capture.summary_file import SUMMARY_KEY
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.trace_names import LOADER_PREFIXES
@@ -21,6 +23,7 @@ from profcallbacks.report.analyse.advice import run_context
 from profcallbacks.report.analyse.captures import analyse_trace, pool
 from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run
 from profcallbacks.report.analyse.growth import describe, growth_pattern
+from profcallbacks.report.analyse.rank_summary import summary_record
 from profcallbacks.report.analyse.verdict import decide, label
 from profcallbacks.report.read.traces import (
     TraceModel,
@@ -29,6 +32,8 @@ from profcallbacks.report.read.traces import (
     read_trace_file,
 )
 
+log = logging.getLogger(__name__)
+
 TOP_CHANGES = 8
 MIN_DELTA_MS = 0.01
 """Per-step changes smaller than this (10 us) are clock noise and left out of a diagnosis."""
@@ -36,13 +41,15 @@ NOT_SLOWER = 1.05
 """A slowdown capture whose step is at most this factor of its baseline's holds no slowdown."""
 
 
-def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None = None) -> dict[str, Any]:
+def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None = None, *,
+                    analysis: dict[str, Any] | None = None) -> dict[str, Any]:
     """What later captures compare against: per-step metrics, verdict and operator times.
 
     ``previous`` is the verdict kind of the run's previous healthy capture: a close call keeps it.
+    ``analysis``: the trace's ``analyse_trace`` when the caller has it already.
     """
     summary = model.summary
-    analysis = analyse_trace(model)
+    analysis = analysis if analysis is not None else analyse_trace(model)
     metrics = pool([analysis["metrics"]]) if "metrics" in analysis else None
     steps = max(len(summary.steps), 1)
     context = run_context([summary.format], names=summary.cpu_ops,
@@ -67,6 +74,10 @@ def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInf
         info: The capture window (name, trigger, steps, rank).
         history: Profiles of this run's earlier captures (``capture_profile``), oldest first.
 
+    The profile appended to ``history`` carries the capture's summary record under
+    ``SUMMARY_KEY`` (``report/analyse/rank_summary.py``): the export helper writes it next to the
+    trace and removes it from the profile.
+
     Returns:
         ``capture_verdict`` (info), and for a ``slowdown`` capture with an earlier healthy one,
         ``slowdown_diagnosis``: what grew per step, largest first (warning), or, when the
@@ -87,8 +98,16 @@ def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInf
             info = dataclasses.replace(info, name=trace_file.parent.name)
         earlier = [p["verdict"]["kind"] for p in history
                    if p["trigger"] not in UNHEALTHY_TRIGGERS and p.get("verdict")]
-        profile = capture_profile(model, info, earlier[-1] if earlier else None)
-        del model
+        analysis = analyse_trace(model)
+        profile = capture_profile(model, info, earlier[-1] if earlier else None,
+                                  analysis=analysis)
+        try:  # the summary never costs the verdict
+            profile[SUMMARY_KEY] = summary_record(model, analysis, host=info.rank.host,
+                                                     worker=info.rank.worker)
+        except Exception as exc:
+            log.warning("profcallbacks: no summary for capture %s (%s: %s); reports read its "
+                        "trace.", info.name, type(exc).__name__, exc)
+        del model, analysis
     step = info.steps[-1].step if info.steps else info.first_step
     findings = []
     verdict = profile["verdict"]

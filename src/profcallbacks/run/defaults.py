@@ -3,16 +3,21 @@ participants (captures, memory, audit) and the detectors every front end runs.""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profcallbacks.core.ranks import RankInfo
 from profcallbacks.detect.base import Detector, Participant, StepAuditor
+from profcallbacks.detect.loader_workers import LoaderWorkers
+from profcallbacks.detect.stall import StallDetector
+from profcallbacks.findings import Finding
 
 if TYPE_CHECKING:
     from profcallbacks.capture.controller import CaptureController
     from profcallbacks.capture.trace_writer import CaptureHook
     from profcallbacks.options.profiler import ProfilerConfig
+    from profcallbacks.run.dispatch import Participants
 
 
 def live_analysis() -> CaptureHook:
@@ -58,8 +63,6 @@ def own_participants(config: ProfilerConfig, captures: CaptureController, logdir
 
 def default_detectors(config: ProfilerConfig, rank: RankInfo) -> list[Detector]:
     """The detectors every front end runs, configured from ``config``."""
-    from profcallbacks.detect.stall import StallDetector
-
     detectors: list[Detector] = []
     if config.stall is not None:
         detectors.append(StallDetector(config.stall, rank.rank))
@@ -82,3 +85,31 @@ def default_auditor(config: ProfilerConfig, rank: RankInfo) -> StepAuditor | Non
 
     audit = resolve_sync_audit(config.sync_audit)
     return SyncAuditor(audit, rank.rank) if audit is not None else None
+
+
+def loader_workers(config: ProfilerConfig, step: Callable[[], int], participants: Participants,
+                   captures: CaptureController) -> LoaderWorkers:
+    """The timing of the loader's workers, wired to the stall detector (it asks for the timing
+    while a stall is open) and to the capture windows (each capture gets the workers' tracks)."""
+    stall = config.stall
+    workers = LoaderWorkers(step, enabled=stall is not None and stall.time_workers,
+                            sampler=stall is not None and stall.sample_workers,
+                            share_on=stall.share_threshold if stall is not None else 0.2)
+    for member in participants.members:
+        if isinstance(member, StallDetector):
+            member.workers = workers
+    captures.loader_batches = workers.spans
+    participants.add(_TimeWorkersInWindows(workers, captures))
+    return workers
+
+
+class _TimeWorkersInWindows(Participant):
+    """Asks for worker timing while a capture window records: its trace gets their tracks."""
+
+    def __init__(self, workers: LoaderWorkers, captures: CaptureController) -> None:
+        self._workers = workers
+        self._captures = captures
+
+    def begin_block(self, step: int, now: float) -> Iterable[Finding]:
+        self._workers.want("capture", self._captures.window_open)
+        return ()

@@ -9,6 +9,7 @@ block's size in :mod:`~profcallbacks.run.blocks`, the participants in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -29,7 +30,7 @@ from profcallbacks.findings import Finding, FindingHandler, log_finding
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.profiler import ProfilerConfig
 from profcallbacks.run.blocks import NO_WAITS, StepBuffer, block_period_s, next_block_len
-from profcallbacks.run.defaults import default_detectors, live_analysis, own_participants
+from profcallbacks.run.defaults import default_detectors, live_analysis, loader_workers, own_participants
 from profcallbacks.run.dispatch import Participants
 from profcallbacks.run.logdir import prepare_logdir
 from profcallbacks.run.outputs import LateMark, RunOutputs
@@ -69,19 +70,18 @@ class ProfilingSession(StepBuffer):
         self.rank = rank or RankInfo.detect()
         StepBuffer.__init__(self, clock, start_step, block_period_s(config))
         self._start_step = start_step
-        # log_findings=False: findings still reach files, TensorBoard and on_finding, not logging
-        # (front ends pass it on ranks other than the world's first, so only one process prints)
+        # log_findings=False (ranks after the world's first): every output but logging
         self._out = RunOutputs(config, self.logdir, self.rank,
                                handlers=([log_finding] if log_findings else [])
                                + ([on_finding] if on_finding else []),
                                metrics_sinks=metrics_sinks, processors=[LateMark(lambda: self.step)])
         self._captures = CaptureController(config, self.logdir, self.rank, analysis=live_analysis())
-        self._captures.on_terminate = self._terminated  # SIGTERM in a window or at close
+        # SIGTERM in a window, or while close() waits for the exports: write what is recorded
+        self._captures.on_terminate = lambda: self.close(failed=True) if self._opened else self._out.close()
         self._captures.run_findings = lambda: self._out.findings  # each capture's track
         self._participants = Participants(own_participants(
             config, self._captures, self.logdir, self.rank, start_step=start_step, auditor=auditor))
-        self._audit = next((p for p in self._participants.members if isinstance(p, StepAudit)),
-                           None)
+        self._audit = next((p for p in self._participants.members if isinstance(p, StepAudit)), None)
         for detector in (default_detectors(config, self.rank) if detectors is None else detectors):
             self.add_detector(detector)
         steps, min_s = config.summary_every
@@ -92,6 +92,9 @@ class ProfilingSession(StepBuffer):
         self._opened = False
         self._warned_closed = False
         self._loader_passes = LoaderPasses()
+        self.loader_workers = loader_workers(config, lambda: self.step, self._participants,
+                                             self._captures)
+        """The workers' timing of the loader that ``StepProfiler.wrap`` iterates."""
 
     @property
     def findings(self) -> list[Finding]:
@@ -120,12 +123,10 @@ class ProfilingSession(StepBuffer):
     def set_loader(self, loader: object) -> None:
         """Tell the participants which loader feeds the steps (its settings shape their advice).
 
-        Front ends call it again before each further pass over the loader (``StepProfiler.wrap``
-        does, the HF callback at each epoch). When that pass starts the loader's workers again
-        (``num_workers > 0``, ``persistent_workers=False``), its first step waits for their
-        start-up: it counts as a step after a start or a pause (a start-up wait, out of the
-        statistics), as an epoch's first step does where the front end pauses between epochs.
-        """
+        Front ends call it before each pass over the loader (``StepProfiler.wrap``, the HF
+        callback at each epoch). A pass that starts the workers again (``num_workers > 0``,
+        ``persistent_workers=False``) makes its first step a step after a pause: a start-up
+        wait, out of the statistics, as an epoch's first step where the front end pauses."""
         try:
             info = describe_loader(loader)
         except Exception as exc:
@@ -172,9 +173,8 @@ class ProfilingSession(StepBuffer):
         reruns.take_over(self.logdir, self)  # closes one a raised training left open here
         prepare_logdir(self.logdir)
         try:
-            # every rank first: the trigger agreement is a collective, so a rank that fails
-            # below (rank 0 finding the logdir in use) fails alone instead of leaving the others
-            # waiting in it
+            # every rank first: the trigger agreement is a collective, so a rank that fails below
+            # (rank 0 finding the logdir in use) fails alone, not leaving the others waiting in it
             self._captures.open()
             self._out.open()
             if DeviceStepTimer.wanted():  # CUDA events are recorded per step
@@ -190,8 +190,8 @@ class ProfilingSession(StepBuffer):
             raise
 
     def _watch_compile(self) -> None:
-        """Listen to torch.compile's events once ``torch._dynamo`` is imported (by ``torch.compile``);
-        a slowdown that coincides with recompiles says so (the first processor)."""
+        """Listen to torch.compile once ``torch._dynamo`` is imported: a slowdown at recompiles
+        says so (the first processor)."""
         self._compile = watch_compile(rank=self.rank.rank, step_now=self._step_now)
         if self._compile is not None:
             self._out.processors.insert(0, self._compile.explain)
@@ -302,23 +302,13 @@ class ProfilingSession(StepBuffer):
             self._out.close()
             reruns.release(self.logdir, self)
 
-    def _terminated(self) -> None:
-        """SIGTERM with its default disposition, in a window or while ``close`` waits for the
-        exports: what the run recorded reaches the disk before the process ends."""
-        if self._opened:
-            self.close(failed=True)
-        else:  # closing already: the rows and the run marker, the helper finishes the traces
-            self._out.close()
-
     def __del__(self) -> None:
         """Collected while open (abandoned by an exception): close, with one warning."""
         if getattr(self, "_opened", False) and not sys.is_finalizing():
             log.warning("profcallbacks: a profiler on %s was never closed and is collected; it "
                         "is closed now.", self.logdir)
-            try:
+            with contextlib.suppress(Exception):  # never raise from the collector
                 self.close(failed=True)
-            except Exception:  # never raise from the collector
-                pass
 
     def _block_boundary(self, now: float) -> None:
         """A block is complete or a step needs attention: process the block, begin the next."""

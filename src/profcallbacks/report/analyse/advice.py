@@ -58,6 +58,8 @@ from profcallbacks.report.analyse.compile import (
 from profcallbacks.report.read.generations import LIGHTNING_PREFIXES, TraceFormat
 
 DEVICES = ("cpu", "cuda", "rocm", "unknown")
+LOW_PRECISION = ("bf16", "fp16", "fp8", "fp4")
+"""GEMM precisions that already use the tensor (matrix) cores at their fastest rates."""
 _RUNTIME_NAMES = (CUDA_RUNTIME, *(old for old, new in OLD_CATEGORIES.items() if new == CUDA_RUNTIME))
 """The runtime calls' category in every trace generation: a GPU job's host side."""
 
@@ -80,6 +82,9 @@ class RunContext:
             alike): thread advice lowers threads, never raises them.
         gpu_unrecorded: A GPU job whose traces hold no GPU activity (CUDA/HIP runtime calls or a
             GPU in ``deviceProperties``, no kernel): the profiler's activities lacked the GPU.
+        dtype: The precision most GEMM kernel time ran in (``fp32``, ``tf32``, ``bf16``,
+            ``fp16``, ``fp8`` ...; ``throughput.compute_dtype``), or ``None``: mixed-precision
+            advice is for runs not already on it.
     """
 
     device: str = "unknown"
@@ -92,6 +97,7 @@ class RunContext:
     compiled: bool = False
     contended: bool = False
     gpu_unrecorded: bool = False
+    dtype: str | None = None
 
     @property
     def gpu(self) -> bool:
@@ -224,9 +230,16 @@ def _gpu_compute(ctx: RunContext) -> list[str]:
     if major is not None and major < 7:
         first = (f"This GPU (compute capability {major}.x) has no tensor cores: fuse kernels "
                  "(torch.compile) and look at the top kernels; mixed precision mainly saves memory")
+    elif ctx.dtype in LOW_PRECISION:
+        first = (f"The matmuls already run in {ctx.dtype} on the tensor cores: the step gains "
+                 "from fewer, larger kernels (bigger batches, fused kernels) rather than from "
+                 "precision")
     elif major == 7:
         first = ("Use fp16 mixed precision (torch.autocast(\"cuda\", torch.float16) with a "
                  "GradScaler): on this GPU only fp16 uses the tensor cores (no bf16/TF32)")
+    elif ctx.dtype == "tf32":
+        first = ("The matmuls run in TF32: bf16 mixed precision (torch.autocast(\"cuda\", "
+                 "torch.bfloat16)) doubles their tensor-core rate")
     else:
         first = ("Use mixed precision (torch.autocast bf16/fp16)"
                  + (" and TF32 matmuls" if ctx.device == "cuda" else ""))

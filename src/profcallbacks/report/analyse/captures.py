@@ -15,7 +15,7 @@ from profcallbacks.core.trace_names import LOADER_PREFIXES
 from profcallbacks.core.triggers import UNHEALTHY_TRIGGERS
 from profcallbacks.report.analyse import gpu_breakdown as gpu_mod
 from profcallbacks.report.analyse.advice import RunContext
-from profcallbacks.report.analyse.diagnoses import run_rules
+from profcallbacks.report.analyse.diagnoses.registry import diagnose
 from profcallbacks.report.analyse.diagnoses.throughput import throughput
 from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
 from profcallbacks.report.analyse.host_side import host_side
@@ -43,6 +43,9 @@ def analyse_trace(model: TraceModel) -> dict[str, Any]:
         why = str(exc) if isinstance(exc, _Failed) else f"{type(exc).__name__}: {exc}"
         analysis = {"problems": [f"no GPU breakdown or verdict ({why})"]}
     analysis.update(capture_expert(model.capture))
+    if "metrics" in analysis:  # the verdict reads the same path and precision as the diagnoses
+        analysis["metrics"]["critical_path"] = analysis.get("critical_path")
+        analysis["metrics"]["dtype"] = (analysis.get("throughput") or {}).get("dtype")
     return analysis
 
 
@@ -51,15 +54,17 @@ class _Failed(Exception):
 
 
 def capture_expert(capture: Capture | None) -> dict[str, Any]:
-    """``{"diagnoses": [...], "throughput": {...}}`` of one capture model (best first)."""
+    """``{"diagnoses": [...], "throughput": {...}, "critical_path": {...}}`` of one capture model
+    (diagnoses best first; ``critical_path``: ``CriticalPath.to_dict()`` or ``None``)."""
     if capture is None:
-        return {"diagnoses": [], "throughput": None}
+        return {"diagnoses": [], "throughput": None, "critical_path": None}
     try:
-        return {"diagnoses": [d.to_dict() for d in run_rules(capture)],
-                "throughput": throughput(capture)}
+        found, path = diagnose(capture)
+        return {"diagnoses": [d.to_dict() for d in found], "throughput": throughput(capture),
+                "critical_path": path.to_dict() if path is not None and path.steps else None}
     except Exception as exc:  # the rest of the report stands without them
         log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
-        return {"diagnoses": [], "throughput": None}
+        return {"diagnoses": [], "throughput": None, "critical_path": None}
 
 
 def analyse_scan(found: Scan, cpu_ops: dict[str, list[float]],
@@ -105,6 +110,27 @@ def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
             for row in m[key]:
                 acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
         out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
+    out["critical_path"] = _pool_paths([m.get("critical_path") for m in metrics])
+    dtypes = [m["dtype"] for m in metrics if m.get("dtype")]
+    out["dtype"] = max(dtypes, key=dtypes.count) if dtypes else None
+    return out
+
+
+_PATH_MS = ("length_ms", "gpu_ms", "launch_ms", "host_ms", "data_ms")
+
+
+def _pool_paths(paths: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Step-weighted mean of several files' or captures' critical paths (None without any)."""
+    known = [p for p in paths if p and p.get("steps")]
+    if not known:
+        return None
+    steps = sum(int(p["steps"]) for p in known)
+    out: dict[str, Any] = {k: sum(p[k] * p["steps"] for p in known) / steps for k in _PATH_MS}
+    length = out["length_ms"]
+    out["gpu_share"] = out["gpu_ms"] / length if length > 0 else 0.0
+    out["host_share"] = 1.0 - out["gpu_share"] if length > 0 else 0.0
+    out["bound"] = "gpu" if out["gpu_share"] >= 0.5 else "host"
+    out["steps"] = steps
     return out
 
 
@@ -189,6 +215,7 @@ def public_metrics(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
     if metrics is None:
         return None
     out = {k: metrics[k] for k in (*_METRIC_KEYS, "steps", "top_syncs", "top_cpu_ops")}
+    out["critical_path"] = metrics.get("critical_path")
     gpu = metrics.get("gpu")
     out["gpu"] = None if gpu is None else {k: v for k, v in gpu.items() if k not in ("busy", "compute")}
     return out

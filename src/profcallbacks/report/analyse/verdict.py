@@ -33,6 +33,12 @@ Thresholds and why:
   ``cpu_compute_bound`` (CPU operators / step, CPU-only traces): most of the time goes into the
   model's own operators.
 - ``balanced``: nothing passes; the verdict says so with the numbers.
+- The critical path (``critical_path.py``, ``m["critical_path"]``) says which side a fix must
+  shorten: every GPU verdict names it (``shortened_by``, and one evidence line), and a GPU that
+  computes most of its own span while the host holds more than ``1/2 + MARGIN`` of the step's
+  path is ``host_bound`` with the host's part of the path as its share (``share_of``: ``critical
+  path``): faster kernels would not shorten that step (a compiled trace whose one 2 us kernel
+  ran in a 13 s step of compilation; a ResNet-50 whose host launches 1,500 kernels a step).
 - ``MARGIN`` = 0.03: a share within 3 points of the threshold that decided between the verdict
   and another kind makes the verdict *close*: ``close_to`` names the other kind, and, given the
   kind of the run's previous capture (``previous``), a close call keeps that kind instead of
@@ -42,9 +48,11 @@ Thresholds and why:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from profcallbacks.report.analyse.advice import RunContext, verdict_advice
+from profcallbacks.report.analyse.critical_path import describe
 
 SHARE_OF = {"input_bound": "step", "sync_bound": "step", "cpu_compute_bound": "step",
             "balanced": "step", "copy_bound": "GPU time", "communication_bound": "GPU time",
@@ -135,8 +143,20 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         near_compute = compute is not None and COMPUTE_SHARE - compute[1] < MARGIN
         close_to = (max(below, key=lambda c: c[1])[0] if below
                     else compute[0] if near_compute and compute else None)
+    path: dict[str, Any] | None = m.get("critical_path") if gpu else None
+    by_path = (path is not None and kind == "gpu_compute_bound"
+               and path["host_share"] >= 0.5 + MARGIN)
+    if by_path and path is not None:
+        kind, share = "host_bound", float(path["host_share"])
+        close_to = "gpu_compute_bound" if path["host_share"] - 0.5 < 2 * MARGIN else None
+        evidence = [f"the host holds {path['host_share']:.0%} of the step's critical path "
+                    f"({path['host_ms'] + path['launch_ms']:.2f} ms host, {path['data_ms']:.2f} ms "
+                    f"data wait, {path['gpu_ms']:.2f} ms GPU per step), although the GPU computes "
+                    f"{_pct(gpu['compute_share']) if gpu else '-'} of its own span: faster kernels "
+                    f"shorten only the GPU's {1 - path['host_share']:.0%} of it",
+                    *(compute[2] if compute else [])]
     held = False
-    if close_to is not None and previous == close_to and previous != kind:
+    if close_to is not None and previous == close_to and previous != kind and not by_path:
         alt = _kind_share(previous, waste, compute, m, step, gpu)
         if alt is not None:  # the run's earlier kind is as good a reading: keep it
             close_to, kind = kind, previous
@@ -149,6 +169,8 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     if secondary:
         evidence = evidence + ["also: " + ", ".join(f"{k} {v:.0%}" for k, v in secondary)]
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
+    if gpu and m.get("dtype") and ctx.dtype is None:  # the precision the GEMMs ran in
+        ctx = replace(ctx, dtype=m["dtype"])
     advice = verdict_advice(kind, ctx)
     if kernels_only:
         evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
@@ -160,9 +182,18 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
         advice = ["Record the GPU too: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                   "ProfilerActivity.CUDA]) (profcallbacks records both by default).", *advice]
     share_of = "step" if kind in ("communication_bound", "host_bound") and not gpu else SHARE_OF[kind]
+    if by_path:
+        share_of = "critical path"
+    shortened_by = None
+    if path is not None:
+        shortened_by = path["bound"]
+        evidence = [*evidence, describe(path)]
     return {"kind": kind, "share": round(share, 4), "share_of": share_of, "evidence": evidence,
             "advice": advice, "close_to": close_to, "held": held,
-            "secondary": secondary}
+            "secondary": secondary, "shortened_by": shortened_by,
+            "critical_path": None if path is None else {
+                k: (round(v, 4) if isinstance(v, float) else v) for k, v in path.items()}}
+
 
 
 def label(verdict: dict[str, Any]) -> str:

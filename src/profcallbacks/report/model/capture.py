@@ -119,7 +119,8 @@ class Capture:
         i = bisect.bisect_right(self._starts, ts) - 1
         if i < 0 or ts > self.steps[i][1]:
             return False
-        return not any(s <= ts <= e for s, e in self.cold)
+        cold = self.cold
+        return not cold or not any(s <= ts <= e for s, e in cold)
 
     def per_step(self, total_us: float) -> tuple[float, float]:
         """``(gain_ms, gain_share)`` of ``total_us`` spread over the captured steps."""

@@ -22,19 +22,22 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
         [(0, 3), (5, 7)]
     """
     out: list[Interval] = []
-    for start, end in sorted(intervals):
+    for interval in sorted(intervals):
+        start, end = interval
         if end < start:
             continue
         if out and start <= out[-1][1]:
             if end > out[-1][1]:
                 out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
+        else:  # the caller's tuple kept, not a copy: millions of operators make millions of these
+            out.append(interval if type(interval) is tuple else (start, end))
     return out
 
 
 def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
     """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
+    if not b:
+        return [interval for interval in a if interval[0] < interval[1]]
     out: list[Interval] = []
     j = 0
     for start, end in a:

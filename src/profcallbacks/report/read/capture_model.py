@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import chain
 from typing import Any
 
 from profcallbacks.core.trace_names import (
@@ -54,114 +55,159 @@ def device_of(properties: Any, kernel_names: list[str]) -> Device | None:
 
 def build_capture(events: list[Any], properties: Any = None) -> Capture:
     """The ``Capture`` of decoded ``events`` (``decode.Event``); malformed events are skipped."""
-    ops: list[Op] = []
-    runtime: list[Op] = []
-    frames: dict[Any, list[Op]] = {}
-    kernels: list[Kernel] = []
-    launch_of: dict[int, Op] = {}
-    corr_of: dict[int, int] = {}  # id(kernel) -> correlation
-    steps: list[tuple[float, float, str, bool]] = []
-    cats: set[Any] = set()
-    flops: list[tuple[float, float]] = []
-    shaped: list[tuple[Op, Any]] = []
-    for event in events:
-        try:
-            if event.ph != "X":
+    builder = CaptureBuilder()
+    builder.add(events)
+    return builder.finish(properties)
+
+
+class CaptureBuilder:
+    """:func:`build_capture` fed piece by piece (a streamed trace's pieces, in file order)."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.runtime: list[Op] = []
+        self.frames: dict[Any, list[Op]] = {}
+        self.kernels: list[Kernel] = []
+        self.launch_of: dict[int, Op] = {}
+        self.corr_of: dict[int, int] = {}  # id(kernel) -> correlation
+        self.steps: list[tuple[float, float, str, bool]] = []
+        self.cats: set[Any] = set()
+        self.flops: list[tuple[float, float]] = []
+        self.shaped: list[tuple[Op, Any]] = []
+        self.thread_keys: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # one key object per thread
+
+    def add(self, events: list[Any]) -> None:
+        """Takes the operators, runtime calls, GPU activity and frames of ``events``."""
+        ops, runtime, frames, kernels = self.ops, self.runtime, self.frames, self.kernels
+        launch_of, corr_of, steps, cats = self.launch_of, self.corr_of, self.steps, self.cats
+        flops, shaped, thread_keys = self.flops, self.shaped, self.thread_keys
+        for event in events:
+            try:
+                if event.ph != "X":
+                    continue
+                cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
+                if cat in OLD_CATEGORIES:  # a trace not normalised by the reader yet
+                    cat = OLD_CATEGORIES[cat]
+                if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
+                    continue
+                if not (math.isfinite(ts) and dur >= 0):
+                    continue
+            except (AttributeError, TypeError):
                 continue
-            cat, name, ts, dur = event.cat, event.name, event.ts, event.dur
-            if cat in OLD_CATEGORIES:  # a trace not normalised by the reader yet
-                cat = OLD_CATEGORIES[cat]
-            if cat is MISSING or name is MISSING or type(ts) is str or type(dur) is str:
-                continue
-            if not (math.isfinite(ts) and dur >= 0):
-                continue
-        except (AttributeError, TypeError):
-            continue
-        name = name if type(name) is str else str(name)
-        end = ts + dur
-        args = event.args if isinstance(event.args, Args) else None
-        if cat in _HOST_CATS:
-            if name.startswith(_STEP):
-                steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
-                continue
-            op = Op(ts, end, name, (event.pid, event.tid))
-            ops.append(op)
-            if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
-                flops.append((ts, float(args.flops)))
-            elif args is not None and name in COUNTED:
-                shaped.append((op, args))
-        elif cat == PYTHON_FUNCTION:
-            frames.setdefault((event.pid, event.tid), []).append(Op(ts, end, name, (event.pid, event.tid)))
-        elif cat in _RUNTIME_CATS:
-            call = Op(ts, end, name, (event.pid, event.tid))
-            runtime.append(call)
-            corr = _int(args.correlation) if args is not None else -1
-            if corr >= 0:
-                launch_of[corr] = call
-        elif cat in _GPU_CATS:
-            kernel = Kernel(ts, end, name, cat)
-            kernels.append(kernel)
-            corr = _int(args.correlation) if args is not None else -1
-            if corr >= 0:
-                corr_of[id(kernel)] = corr
-        elif type(cat) is str:
-            cats.add(cat)  # another device's activity (mtia_runtime ...) or a host category
-    _nest(ops, runtime)
-    source = "with_flops" if flops else None
-    if not flops:
-        for op, args in shaped:
-            if any(p in COUNTED for p in op.parents):
-                continue  # counted once, at the outermost counted operator
-            value = shape_flops(op.name, shape_value(args.dims), shape_value(args.concrete))
-            if value:
-                flops.append((op.ts, value))
-        source = "shapes" if flops else None
-    for kernel in kernels:
-        found = launch_of.get(corr_of.get(id(kernel), -1))
-        if found is not None:
-            call = found
-            kernel.launch_ts = call.ts
-            kernel.ops = call.parents
-    kernels.sort(key=lambda k: k.ts)
-    if any(ours for *_, ours in steps):
-        steps = [s for s in steps if s[3]]
-    ranges = [(s, e, _number(n)) for s, e, n, _ in steps]
-    whole = False
-    if not ranges:
-        times = [(o.ts, o.end) for o in ops] + [(r.ts, r.end) for r in runtime]
-        if times:
-            ranges = [(min(t[0] for t in times), max(t[1] for t in times), -1)]
+            name = name if type(name) is str else str(name)
+            end = ts + dur
+            args = event.args if isinstance(event.args, Args) else None
+            try:
+                tid = thread_keys.setdefault((event.pid, event.tid), (event.pid, event.tid))
+            except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
+                tid = (event.pid, event.tid)
+            if cat in _HOST_CATS:
+                if name.startswith(_STEP):
+                    steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
+                    continue
+                op = Op(ts, end, name, tid)
+                ops.append(op)
+                if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
+                    flops.append((ts, float(args.flops)))
+                elif args is not None and name in COUNTED:
+                    shaped.append((op, args))
+            elif cat == PYTHON_FUNCTION:
+                frames.setdefault(tid, []).append(Op(ts, end, name, tid))
+            elif cat in _RUNTIME_CATS:
+                call = Op(ts, end, name, tid)
+                runtime.append(call)
+                corr = _int(args.correlation) if args is not None else -1
+                if corr >= 0:
+                    launch_of[corr] = call
+            elif cat in _GPU_CATS:
+                kernel = Kernel(ts, end, name, cat)
+                kernels.append(kernel)
+                corr = _int(args.correlation) if args is not None else -1
+                if corr >= 0:
+                    corr_of[id(kernel)] = corr
+            elif type(cat) is str:
+                cats.add(cat)  # another device's activity (mtia_runtime ...) or a host category
+
+    def finish(self, properties: Any = None) -> Capture:
+        """The capture of every piece added (``properties``: the trace's ``deviceProperties``)."""
+        ops, runtime, kernels, steps, flops = self.ops, self.runtime, self.kernels, self.steps, self.flops
+        _nest(ops, runtime)
+        source = "with_flops" if flops else None
+        if not flops:
+            for op, args in self.shaped:
+                if any(p in COUNTED for p in op.parents):
+                    continue  # counted once, at the outermost counted operator
+                value = shape_flops(op.name, shape_value(args.dims), shape_value(args.concrete))
+                if value:
+                    flops.append((op.ts, value))
+            source = "shapes" if flops else None
+        self.shaped = []
+        launch_of, corr_of = self.launch_of, self.corr_of
+        for kernel in kernels:
+            found = launch_of.get(corr_of.get(id(kernel), -1))
+            if found is not None:
+                call = found
+                kernel.launch_ts = call.ts
+                kernel.ops = call.parents
+        kernels.sort(key=lambda k: k.ts)
+        if any(ours for *_, ours in steps):
+            steps = [s for s in steps if s[3]]
+        ranges = [(s, e, _number(n)) for s, e, n, _ in steps]
+        whole = False
+        if not ranges and (ops or runtime):
+            ranges = [(min(o.ts for o in chain(ops, runtime)),
+                       max(o.end for o in chain(ops, runtime)), -1)]
             whole = True
-    for items in frames.values():
-        items.sort(key=lambda f: (f.ts, -f.end))
-    return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=frames,
-                   device=device_of(properties, [k.name for k in kernels if k.cat == KERNEL][:2000]),
-                   flops=flops, flops_source=source, whole_span=whole,
-                   cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
-                   replayed=CUDA_PROFILER_RANGE in cats)
+        for items in self.frames.values():
+            items.sort(key=lambda f: (f.ts, -f.end))
+        cats = self.cats
+        return Capture(steps=ranges, ops=ops, runtime=runtime, kernels=kernels, frames=self.frames,
+                       device=device_of(properties, [k.name for k in kernels if k.cat == KERNEL][:2000]),
+                       flops=flops, flops_source=source, whole_span=whole,
+                       cpu_only=not kernels and not runtime and cats <= HOST_ONLY_CATS,
+                       replayed=CUDA_PROFILER_RANGE in cats)
 
 
 def _nest(ops: list[Op], runtime: list[Op]) -> None:
     """Sets ``parents`` of every operator and runtime call: the operators enclosing it on its
-    thread, outermost first."""
-    threads: dict[Any, list[tuple[float, int, float, int]]] = {}
-    every = ops + runtime
-    calls = len(ops)
-    for i, item in enumerate(every):  # sorted as tuples: start, operators first, longest first
-        threads.setdefault(item.tid, []).append((item.ts, i >= calls, -item.end, i))
+    thread, outermost first.
+
+    Each thread's items are visited by start, operators before runtime calls, the longest
+    first, then in the order read (three stable sorts: no record per item)."""
+    threads: dict[Any, list[Op]] = {}
+    for item in ops:
+        threads.setdefault(item.tid, []).append(item)
+    calls: set[int] = set()
+    for item in runtime:
+        threads.setdefault(item.tid, []).append(item)
+        calls.add(id(item))
+    chains: dict[tuple[int, str], tuple[str, ...]] = {}  # (id of the parents' chain, name) -> chain
     for rows in threads.values():
-        rows.sort()
+        rows.sort(key=_end, reverse=True)
+        if calls:
+            rows.sort(key=lambda item: id(item) in calls)
+        rows.sort(key=_start)
         stack: list[Op] = []
         names: tuple[str, ...] = ()
-        for _, is_call, _, i in rows:
-            item = every[i]
+        for item in rows:
             while stack and stack[-1].end <= item.ts:
-                stack.pop()
-                names = names[:-1]
+                names = stack.pop().parents  # siblings share their parents' tuple
             item.parents = names
-            if not is_call:
+            if id(item) not in calls:
                 stack.append(item)
-                names = (*names, item.name)
+                key = (id(names), item.name)
+                chain = chains.get(key)
+                if chain is None:  # one tuple per distinct chain of names, shared by its ops
+                    chain = chains[key] = (*names, item.name)
+                names = chain
+
+
+def _start(item: Op) -> float:
+    return item.ts
+
+
+def _end(item: Op) -> float:
+    return item.end
 
 
 def enclosing_frame(frames: list[Op], ts: float, skip: tuple[str, ...]) -> str | None:

@@ -50,7 +50,8 @@ class Scan:
     comm_ops: list[Interval] = field(default_factory=list)  # the cpu_op ones (the calling thread)
     data: list[Interval] = field(default_factory=list)
     ops: list[Interval] = field(default_factory=list)
-    plain_ops: list[Event] = field(default_factory=list)  # other cpu_op events, unchecked
+    plain_ts: list[Any] = field(default_factory=list)  # other cpu_op events' ts, unchecked
+    plain_dur: list[Any] = field(default_factory=list)  # ... and their dur
     lo: float = math.inf
     hi: float = -math.inf
     bad_dur: int = 0
@@ -67,79 +68,104 @@ def _int(value: Any) -> int:
 def scan(events: list[Any]) -> Scan:
     """One pass over decoded ``events`` (``decode.Event``; see the module docstring); faulty
     events are counted, skipped."""
-    out = Scan()
-    gpu, host, syncs, ops = out.gpu, out.host, out.syncs, out.ops
-    lo, hi = math.inf, -math.inf
-    plain = out.plain_ops
-    for event in events:
-        try:  # the common case without isinstance checks; anything odd takes the except path
-            cat = event.cat
-            if cat == CPU_OP:  # most events: keep a reference, look closer only when needed
-                name = event.name
-                if name not in SYNC_CALLS and not name.startswith(MARKED_PREFIXES):
-                    plain.append(event)
+    scanner = Scanner()
+    scanner.add(events)
+    return scanner.found
+
+
+class Scanner:
+    """:func:`scan` fed piece by piece (normalised pieces of a streamed trace, in file order);
+    ``found`` is the scan of every piece added so far."""
+
+    def __init__(self) -> None:
+        self.found = Scan()
+
+    def add(self, events: list[Any]) -> None:
+        """Scans ``events`` (see the module docstring)."""
+        out = self.found
+        gpu, host, syncs, ops = out.gpu, out.host, out.syncs, out.ops
+        lo, hi = out.lo, out.hi
+        plain_ts, plain_dur = out.plain_ts, out.plain_dur
+        for event in events:
+            try:  # the common case without isinstance checks; anything odd takes the except path
+                cat = event.cat
+                if cat == CPU_OP:  # most events: keep ts and dur, look closer only when needed
+                    name = event.name
+                    if name not in SYNC_CALLS and not name.startswith(MARKED_PREFIXES):
+                        plain_ts.append(event.ts)
+                        plain_dur.append(event.dur)
+                        continue
+                if event.ph != "X" or cat is MISSING:
                     continue
-            if event.ph != "X" or cat is MISSING:
+                ts, dur, name = event.ts, event.dur, event.name
+                if not dur >= 0 or type(ts) is str or type(dur) is str or name is MISSING:
+                    raise TypeError
+                end = ts + dur
+            except (KeyError, TypeError, IndexError, AttributeError):
+                if (isinstance(event, Event) and event.ph == "X"
+                        and event.cat not in (None, TRACE_SPAN, MISSING)):
+                    out.bad_dur += 1
                 continue
-            ts, dur, name = event.ts, event.dur, event.name
-            if not dur >= 0 or type(ts) is str or type(dur) is str or name is MISSING:
-                raise TypeError
-            end = ts + dur
-        except (KeyError, TypeError, IndexError, AttributeError):
-            if isinstance(event, Event) and event.ph == "X" and event.cat not in (None, TRACE_SPAN, MISSING):
-                out.bad_dur += 1
-            continue
-        if type(name) is not str:
-            name = str(name)
-        if cat == CPU_OP:
-            if ts < lo:
-                lo = ts
-            if end > hi:
-                hi = end
-            if not name.startswith(MARKED_PREFIXES):
-                ops.append((ts, end))
-                syncs.append((ts, end, name))
+            if type(name) is not str:
+                name = str(name)
+            if cat == CPU_OP:
+                if ts < lo:
+                    lo = ts
+                if end > hi:
+                    hi = end
+                if not name.startswith(MARKED_PREFIXES):
+                    ops.append((ts, end))
+                    syncs.append((ts, end, name))
+                    continue
+            if cat is None or cat == TRACE_SPAN:
                 continue
-        if cat is None or cat == TRACE_SPAN:
-            continue
-        args = event.args
-        if name.startswith(MARKED_PREFIXES) and cat in HOST_CATEGORIES:
-            lo, hi = min(lo, ts), max(hi, end)
-            _marked(out, ts, end, name, args, cat)
-            continue
-        if cat in DEVICE_CATEGORIES:
-            out.device_events += 1
-        stream, corr = (_int(args.stream), _int(args.correlation)) if isinstance(args, Args) else (-1, -1)
-        if cat in RUNTIME_CATEGORIES:
-            lo, hi = min(lo, ts), max(hi, end)
-            if name in SYNC_CALLS:
-                syncs.append((ts, end, name))
-            elif name == ASYNC_COPY_CALL and corr >= 0:
-                out.async_copies[corr] = (ts, end)
-        elif cat == GPU_MEMCPY and corr >= 0 and ("DtoH" in name or "Pageable" in name):
-            out.blocking_copies.add(corr)
-        if isinstance(ts, float):  # ns resolution: whole microseconds inward, as HTA does
-            ts, end = math.ceil(ts), math.floor(end)
-        if (stream >= 0 and corr >= 0) or name in DEVICE_SYNCS:
-            gpu.append((ts, end, name, stream, corr))
-        else:
-            if corr >= 0:
-                host.append((ts, corr, False))
-            if stream >= 0:  # HTA counts these on the GPU timeline too
-                gpu.append((ts, end, name, stream, -1))
-    out.lo, out.hi = lo, hi
-    return out
+            args = event.args
+            if name.startswith(MARKED_PREFIXES) and cat in HOST_CATEGORIES:
+                if ts < lo:
+                    lo = ts
+                if end > hi:
+                    hi = end
+                _marked(out, ts, end, name, args, cat)
+                continue
+            if cat in DEVICE_CATEGORIES:
+                out.device_events += 1
+            stream, corr = ((_int(args.stream), _int(args.correlation)) if isinstance(args, Args)
+                            else (-1, -1))
+            if cat in RUNTIME_CATEGORIES:
+                if ts < lo:
+                    lo = ts
+                if end > hi:
+                    hi = end
+                if name in SYNC_CALLS:
+                    syncs.append((ts, end, name))
+                elif name == ASYNC_COPY_CALL and corr >= 0:
+                    out.async_copies[corr] = (ts, end)
+            elif cat == GPU_MEMCPY and corr >= 0 and ("DtoH" in name or "Pageable" in name):
+                out.blocking_copies.add(corr)
+            if isinstance(ts, float):  # ns resolution: whole microseconds inward, as HTA does
+                ts, end = math.ceil(ts), math.floor(end)
+            if (stream >= 0 and corr >= 0) or name in DEVICE_SYNCS:
+                gpu.append((ts, end, name, stream, corr))
+            else:
+                if corr >= 0:
+                    host.append((ts, corr, False))
+                if stream >= 0:  # HTA counts these on the GPU timeline too
+                    gpu.append((ts, end, name, stream, -1))
+        out.lo, out.hi = lo, hi
 
 
 def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
     """Every CPU operator's interval and the host span (``lo``, ``hi``), the plain operators
     included (only traces without step ranges need them)."""
     ops, lo, hi = list(found.ops), found.lo, found.hi
-    for event in found.plain_ops:
-        ts, dur = event.ts, event.dur
+    for ts, dur in zip(found.plain_ts, found.plain_dur, strict=True):
         if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
-            ops.append((ts, ts + dur))
-            lo, hi = min(lo, ts), max(hi, ts + dur)
+            end = ts + dur
+            ops.append((ts, end))
+            if ts < lo:
+                lo = ts
+            if end > hi:
+                hi = end
     return ops, lo, hi
 
 

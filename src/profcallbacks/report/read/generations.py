@@ -95,53 +95,85 @@ def normalise(trace: Trace) -> TraceFormat:
     Returns:
         What was found (see :class:`TraceFormat`).
     """
-    seen: Counter[str] = Counter()
-    old = modern = cpu_ops = steps = loaders = device = 0
-    fractional = False
-    framework: str | None = None
-    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
-    for event in events:
-        try:
-            cat = event.cat
-            if event.ph != "X" or type(cat) is not str:
+    normaliser = Normaliser()
+    normaliser.add(trace.traceEvents)
+    return normaliser.format(getattr(trace, "deviceProperties", None))
+
+
+class Normaliser:
+    """:func:`normalise` fed piece by piece (a streamed trace's pieces, in file order).
+
+    Example:
+        >>> from profcallbacks.report.read.decode import Event
+        >>> n = Normaliser(); n.add([Event(ph="X", cat="Operator", name="aten::mm", ts=0, dur=1)])
+        >>> n.format(None).cpu_ops
+        1
+    """
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.old = self.modern = self.cpu_ops = self.steps = self.loaders = self.device = 0
+        self.fractional = False
+        self.framework: str | None = None
+
+    def add(self, events: list[Any]) -> None:
+        """Rewrites ``events`` (decode.Event, or anything a hostile trace holds) in place."""
+        seen = self.seen
+        old = modern = cpu_ops = steps = loaders = device = 0
+        fractional = self.fractional
+        for event in events:
+            try:
+                cat = event.cat
+                if event.ph != "X" or type(cat) is not str:
+                    continue
+            except AttributeError:  # not an object: the readers count it as malformed
                 continue
-        except AttributeError:  # not an object: the readers count it as malformed
-            continue
-        seen[cat] += 1
-        renamed = OLD_CATEGORIES.get(cat)
-        if renamed is not None:
-            old += 1
-            event.cat = cat = renamed
-        elif cat in HOST_CATEGORIES or cat in GPU_CATEGORIES:
-            modern += 1
-        if cat in GPU_CATEGORIES:
-            device += 1
-            continue
-        if cat not in HOST_CATEGORIES:
-            continue
-        name = event.name
-        if type(name) is not str:
-            continue
-        if name.startswith(LIGHTNING_PREFIXES):
-            framework = "lightning"
-        if name.startswith(STEP_PREFIX):
-            steps += 1
-            event.cat = USER_ANNOTATION
-        elif name.startswith(LOADER_PREFIXES):
-            loaders += 1
-            event.cat = CPU_OP
-        elif cat == CPU_OP:
-            cpu_ops += 1
-            if not fractional and type(event.ts) is float and event.ts % 1:
-                fractional = True
-    generation = "torch 1.8-1.13" if old > modern else "torch 2.x" if modern else "unknown"
-    return TraceFormat(generation=generation, categories=dict(seen), cpu_ops=cpu_ops, steps=steps,
-                       loader_ranges=loaders, device_events=device, ns_resolution=fractional,
-                       device=_device(trace), framework=framework)
+            seen[cat] += 1
+            renamed = OLD_CATEGORIES.get(cat)
+            if renamed is not None:
+                old += 1
+                event.cat = cat = renamed
+            elif cat in HOST_CATEGORIES or cat in GPU_CATEGORIES:
+                modern += 1
+            if cat in GPU_CATEGORIES:
+                device += 1
+                continue
+            if cat not in HOST_CATEGORIES:
+                continue
+            name = event.name
+            if type(name) is not str:
+                continue
+            if name.startswith(LIGHTNING_PREFIXES):
+                self.framework = "lightning"
+            if name.startswith(STEP_PREFIX):
+                steps += 1
+                event.cat = USER_ANNOTATION
+            elif name.startswith(LOADER_PREFIXES):
+                loaders += 1
+                event.cat = CPU_OP
+            elif cat == CPU_OP:
+                cpu_ops += 1
+                if not fractional and type(event.ts) is float and event.ts % 1:
+                    fractional = True
+        self.old += old
+        self.modern += modern
+        self.cpu_ops += cpu_ops
+        self.steps += steps
+        self.loaders += loaders
+        self.device += device
+        self.fractional = fractional
+
+    def format(self, properties: Any) -> TraceFormat:
+        """What the pieces added so far held (``properties``: the trace's ``deviceProperties``)."""
+        generation = ("torch 1.8-1.13" if self.old > self.modern else
+                      "torch 2.x" if self.modern else "unknown")
+        return TraceFormat(generation=generation, categories=dict(self.seen), cpu_ops=self.cpu_ops,
+                           steps=self.steps, loader_ranges=self.loaders,
+                           device_events=self.device, ns_resolution=self.fractional,
+                           device=_device(properties), framework=self.framework)
 
 
-def _device(trace: Trace) -> dict[str, Any]:
-    props = getattr(trace, "deviceProperties", None)
+def _device(props: Any) -> dict[str, Any]:
     if isinstance(props, list) and props and isinstance(props[0], dict):
         return props[0]
     return {}

@@ -7,9 +7,13 @@ an event is refused by the decoder and an earlier one is taken), and each piece 
 the report's slim records. Only complete events (``"ph": "X"``) are kept, Python-frame events
 (``with_stack``) in a compact table until the end, when those around a runtime call (the only
 ones the report reads besides step, loader, optimizer and collective markers) become records
-(``frames.py``), and names are interned, so memory grows with the events the report reads, at
-about ``BYTES_PER_EVENT``, never with the file. A trace with more than ``max_events`` of those is
-beyond what the report reads: it says so and by how much, instead of running out of memory.
+(``frames.py``), and names are interned. Given ``take`` (``traces.ModelBuilder.add``), each
+piece's kept events go straight into the trace's model and are let go with the piece: memory
+grows with what the model keeps of the events the report reads, at about ``BYTES_PER_EVENT``,
+never with the file. A trace with more than ``event_limit()`` of those (the fixed
+``MAX_STREAM_EVENTS``, or fewer where half the memory available when reading begins holds fewer)
+is beyond what the report reads: it says so, naming the file and the limit, instead of running
+the machine out of memory.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +44,15 @@ from profcallbacks.report.read.files import (
 from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
-"""Most events the report keeps from one trace (about 4 GB of memory)."""
-BYTES_PER_EVENT = 400
-"""Memory one kept event takes, about (its record, two floats; names are shared)."""
+"""Most events the report keeps from one trace, whatever the memory (see :func:`event_limit`)."""
+BYTES_PER_EVENT = 320
+"""Peak memory per kept event, about: what the model keeps of it (an operator record, its
+times, its thread's columns) and the sorting when the pieces are done (measured: 290 bytes on a
+trace of 10^6 CPU operators)."""
+FRAMES_PER_EVENT = 10
+"""Python frames held in ``FrameTable`` (~32 bytes each) counted as one kept event."""
+MEMORY_SHARE = 0.5
+"""Share of the memory available when the report starts that one trace may take."""
 MAX_STREAM_BYTES = 64 << 30
 """Most bytes read from one trace once gunzipped (64 GiB); a gzip bomb stops here."""
 _CHUNK = 2 << 20
@@ -55,21 +66,68 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEAD_LIMIT = 64 << 20
 _TAIL_TRIES = 64
+Take = Callable[[list[Any]], None]
+"""What receives each piece's kept events (``traces.ModelBuilder.add``)."""
+
+
+def available_bytes() -> int | None:
+    """Memory this process may still take (bytes): the system's ``MemAvailable``, less where a
+    cgroup (v2) limit leaves less; ``None`` where neither can be read."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", "rb") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", "rb") as f:
+            current = int(f.read().strip())
+        if limit != b"max":
+            found.append(max(int(limit) - current, 0))
+    except (OSError, ValueError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (OSError, ValueError, AttributeError):
+            return None
+    return min(found)
+
+
+def event_limit() -> tuple[int, int | None]:
+    """Most events one trace may keep here: ``MAX_STREAM_EVENTS``, or fewer where
+    ``MEMORY_SHARE`` of the available memory holds fewer (at ``BYTES_PER_EVENT`` each).
+
+    Returns:
+        ``(events, available bytes)``; the bytes are ``None`` where unknown.
+    """
+    available = available_bytes()
+    if available is None:
+        return MAX_STREAM_EVENTS, None
+    return min(MAX_STREAM_EVENTS, int(available * MEMORY_SHARE) // BYTES_PER_EVENT), available
 
 
 class _Kept:
     """The events kept so far, and how many the cap let go."""
 
-    def __init__(self, path: Path, max_events: int) -> None:
-        self.path, self.max_events = path, max_events
-        self.events: list[Any] = []
-        self.dropped = 0
+    def __init__(self, path: Path, max_events: int, take: Take | None = None,
+                 available: int | None = None) -> None:
+        self.path, self.max_events, self.take = path, max_events, take
+        self.available = available  # bytes of memory free when reading began, when it bounds
+        self.events: list[Any] = []  # what is kept when no ``take`` consumes the pieces
+        self.count = 0  # events kept (or handed to ``take``) so far
         self.frames = FrameTable()
         self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
     def add(self, batch: list[Any]) -> None:
         intern = sys.intern
-        events = self.events
+        events: list[Any] = [] if self.take is not None else self.events
+        before = len(events)
         for event in batch:
             if isinstance(event, Event):
                 if event.ph != "X":
@@ -92,16 +150,35 @@ class _Kept:
                     else:  # shapes are read only to count an operator's FLOPs
                         args.dims = args.concrete = _NO_SHAPES
             events.append(event)
-        if len(events) > self.max_events:
+        self.count += len(events) - before
+        if self.count + self.frames.count // FRAMES_PER_EVENT > self.max_events:
+            memory = f"~{self.max_events * BYTES_PER_EVENT >> 20:,} MiB of memory"
+            if self.available is not None:
+                memory += (f", {MEMORY_SHARE:.0%} of the {self.available >> 20:,} MiB available "
+                           "when it began")
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
-                            f"events it would keep (~{self.max_events * BYTES_PER_EVENT >> 30} GiB "
-                            "of memory); open it in Perfetto's trace processor, or capture fewer "
+                            f"events it would keep ({memory}); open it in Perfetto's trace "
+                            "processor, read it on a machine with more memory, or capture fewer "
                             "steps (ByteBudget(capture_bytes=...))")
+        if self.take is not None:
+            self.take(events)
+
+    def finish(self) -> None:
+        """Adds the frames around runtime calls (read at the end, when every call is known)."""
+        frames = self.frames.around_calls()
+        if self.take is not None:
+            self.take(frames)
+        else:
+            self.events += frames
 
 
 def stream_trace(path: Path, *, max_events: int | None = None,
-                 max_bytes: int = MAX_STREAM_BYTES) -> Trace:
+                 max_bytes: int = MAX_STREAM_BYTES, take: Take | None = None) -> Trace:
     """The slim ``Trace`` of ``path`` (gzipped or not), read piece by piece.
+
+    ``take``, when given, receives each piece's kept events in file order (the frames around
+    runtime calls last) and the events are not kept: the ``Trace`` returned holds only the
+    top-level blocks.
 
     Raises:
         ReadError: Not a Chrome trace, truncated, or beyond ``max_events`` / ``max_bytes``.
@@ -116,7 +193,12 @@ def stream_trace(path: Path, *, max_events: int | None = None,
         raise ReadError(path, "empty file")
     if gz:  # a gzip bomb stops here, as in read_bytes
         max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
-    kept = _Kept(path, MAX_STREAM_EVENTS if max_events is None else max_events)
+    available = None
+    if max_events is None:
+        max_events, available = event_limit()
+        if max_events == MAX_STREAM_EVENTS:
+            available = None  # the fixed cap bounds it, not the memory
+    kept = _Kept(path, max_events, take, available)
     read = 0
     try:
         with open(fd, "rb") as raw:
@@ -187,7 +269,7 @@ def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, A
         batch = decode_events(body) if body else []
         if batch is not None and isinstance(blocks, dict):
             kept.add(batch)
-            kept.events += kept.frames.around_calls()
+            kept.finish()
             return blocks
     if first is not None and decode_events(bytes(buf[:first[0]]).strip() or b"0") is not None:
         at = first[1].pos - len(head) - len(b'"traceEvents":[]')  # in what follows the array

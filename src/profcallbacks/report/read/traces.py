@@ -30,12 +30,12 @@ from profcallbacks.core.trace_names import GPU_CATEGORIES as GPU_CATS
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
 from profcallbacks.report.model.capture import Capture
 from profcallbacks.report.model.intervals import covered, merge, subtract
-from profcallbacks.report.read.capture_model import build_capture
+from profcallbacks.report.read.capture_model import CaptureBuilder
 from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, decode_trace, slim
-from profcallbacks.report.read.events import Scan, scan
+from profcallbacks.report.read.events import Scan, Scanner
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
-from profcallbacks.report.read.generations import TraceFormat, normalise
+from profcallbacks.report.read.generations import Normaliser, TraceFormat, normalise
 from profcallbacks.report.read.stream import stream_trace
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
 Interval = tuple[float, float]
+_Thread = tuple[list[float], list[float], list[str]]  # one thread's CPU operators: ts, dur, name
 
 
 @dataclass
@@ -86,16 +87,16 @@ class TraceModel:
 
 
 def read_trace_file(path: Path) -> TraceModel:
-    """Reads one trace file (in pieces) into its ``TraceModel``; the events are let go.
+    """Reads one trace file into its ``TraceModel`` in one streamed pass: each decoded piece
+    feeds the model and is let go, so no event outlives its piece.
 
     Raises:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
-        trace = stream_trace(path)
-        model = trace_model(trace, path)
-        del trace  # freed while the collector is paused: it has nothing to walk afterwards
-        return model
+        builder = ModelBuilder(path)
+        blocks = stream_trace(path, take=builder.add)
+        return builder.finish(blocks)
 
 
 def read_parsed_trace(trace: Any, path: Path) -> TraceModel:
@@ -122,23 +123,75 @@ def trace_model(trace: Trace, path: Path) -> TraceModel:
     Raises:
         ReadError: The trace is malformed beyond reading (named, never a crash).
     """
-    try:
-        summary = summarise(trace, path)
-    except (ReadError, MemoryError):
-        raise
-    except Exception as exc:  # a malformed trace is a named problem, never a crash
-        raise ReadError(path, f"malformed trace ({type(exc).__name__}: {exc})") from None
-    failure = None
-    try:
-        found: Scan | None = scan(trace.traceEvents)
-    except Exception as exc:  # the verdict is lost, the rest of the file is still reported
-        found, failure = None, f"{type(exc).__name__}: {exc}"
-    try:
-        capture: Capture | None = build_capture(trace.traceEvents, trace.deviceProperties)
-    except Exception as exc:  # the diagnoses are lost, the rest stands
-        log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
+    builder = ModelBuilder(path)
+    builder.add(trace.traceEvents)
+    return builder.finish(trace)
+
+
+class ModelBuilder:
+    """One trace's ``TraceModel`` built from its events piece by piece, in file order: each piece
+    is normalised (``generations.Normaliser``), then summarised, scanned and added to the capture
+    model. A fault in the summary is a named ``ReadError``; one in the scan or the capture model
+    loses only that part (as ``TraceModel.failure`` / no diagnoses)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.normaliser = Normaliser()
+        self.summariser = Summariser()
+        self.scanner: Scanner | None = Scanner()
+        self.capture: CaptureBuilder | None = CaptureBuilder()
+        self.failure: str | None = None
+
+    def add(self, events: list[Any]) -> None:
+        """Takes one piece of decoded events (``decode.Event``, or anything a hostile trace holds).
+
+        Raises:
+            ReadError: The piece is malformed beyond reading.
+        """
+        try:
+            self.normaliser.add(events)
+            self.summariser.add(events)
+        except (ReadError, MemoryError):
+            raise
+        except Exception as exc:  # a malformed trace is a named problem, never a crash
+            raise ReadError(self.path, f"malformed trace ({type(exc).__name__}: {exc})") from None
+        if self.scanner is not None:
+            try:
+                self.scanner.add(events)
+            except Exception as exc:  # the verdict is lost, the rest of the file is still reported
+                self.scanner, self.failure = None, f"{type(exc).__name__}: {exc}"
+        if self.capture is not None:
+            try:
+                self.capture.add(events)
+            except Exception as exc:  # the diagnoses are lost, the rest stands
+                self._no_capture(exc)
+
+    def finish(self, trace: Trace) -> TraceModel:
+        """The model of every piece added; ``trace`` gives the top-level blocks (metadata,
+        distributed info, device properties), not its events.
+
+        Raises:
+            ReadError: The trace is malformed beyond reading.
+        """
+        try:
+            found = self.normaliser.format(trace.deviceProperties)
+            summary = self.summariser.finish(trace, self.path, found)
+        except (ReadError, MemoryError):
+            raise
+        except Exception as exc:  # a malformed trace is a named problem, never a crash
+            raise ReadError(self.path, f"malformed trace ({type(exc).__name__}: {exc})") from None
         capture = None
-    return TraceModel(summary, found, capture, failure)
+        if self.capture is not None:
+            try:
+                capture = self.capture.finish(trace.deviceProperties)
+            except Exception as exc:  # the diagnoses are lost, the rest stands
+                self._no_capture(exc)
+        return TraceModel(summary, None if self.scanner is None else self.scanner.found,
+                          capture, self.failure)
+
+    def _no_capture(self, exc: Exception) -> None:
+        log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
+        self.capture = None
 
 
 def summarise(trace: Trace, path: Path) -> TraceSummary:
@@ -148,128 +201,158 @@ def summarise(trace: Trace, path: Path) -> TraceSummary:
     the analyses that read it afterwards see the same categories.
     """
     found = normalise(trace)
-    meta = _block(trace.profcallbacks)
-    dist = _block(trace.distributedInfo)
-    worker = path.name.split(".")[0]
-    match = _WORKER_RANK.match(worker)
-    rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
-    trigger = meta.get("trigger")
-    summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
-                           worker=worker, trigger=trigger if isinstance(trigger, str) else None,
-                           partial=bool(meta.get("partial")),
-                           export_overlap=meta.get("export_overlap") is True, format=found,
-                           budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
-                           else None)
+    summariser = Summariser()
+    summariser.add(trace.traceEvents)
+    return summariser.finish(trace, path, found)
 
-    threads: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
-    gpu: list[Interval] = []
-    compiled: list[Interval] = []
-    step_events: list[tuple[float, float, str, bool]] = []
-    gpu_ops = summary.gpu_ops
-    events: list[Any] = trace.traceEvents  # decode.Event, or anything a hostile trace holds
-    for event in events:
-        try:
-            if event.ph != "X":
+
+class Summariser:
+    """:func:`summarise` fed piece by piece, after :class:`~.generations.Normaliser` saw each
+    piece: per thread the CPU operators' starts, durations and names, GPU intervals, compiled
+    regions and step ranges; no record per event."""
+
+    def __init__(self) -> None:
+        self.threads: dict[tuple[Any, Any], _Thread] = {}
+        self.gpu: list[Interval] = []
+        self.compiled: list[Interval] = []
+        self.step_events: list[tuple[float, float, str, bool]] = []
+        self.gpu_ops: dict[str, list[float]] = {}  # name -> [calls, total us]
+        self.bad_events = 0
+        self.bad_example = ""
+
+    def add(self, events: list[Any]) -> None:
+        """Takes what the summary reads from normalised ``events`` (decode.Event, or anything a
+        hostile trace holds); malformed ones are counted."""
+        threads, gpu, compiled, gpu_ops = self.threads, self.gpu, self.compiled, self.gpu_ops
+        step_events = self.step_events
+        for event in events:
+            try:
+                if event.ph != "X":
+                    continue
+                cat = event.cat
+                if cat != CPU_OP and cat not in GPU_CATS and cat != USER_ANNOTATION:
+                    continue
+                ts, dur, name = event.ts, event.dur, event.name
+                if ts is MISSING:
+                    raise KeyError("ts")
+                ts, dur = float(ts), 0.0 if dur is MISSING else float(dur)
+                if not (-_MAX_US < ts < _MAX_US and 0.0 <= dur < _MAX_US):  # NaN fails too
+                    raise ValueError(f"ts={event.ts!r}, dur={event.dur!r} out of range")
+            except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
+                if not self.bad_events:
+                    self.bad_example = (f"{type(exc).__name__}: {str(exc)[:80]}"
+                                        if isinstance(event, Event) else
+                                        f"{str(event)[:40]!r} is not a JSON object")
+                self.bad_events += 1
                 continue
-            cat = event.cat
-            if cat != CPU_OP and cat not in GPU_CATS and cat != USER_ANNOTATION:
-                continue
-            ts, dur, name = event.ts, event.dur, event.name
-            if ts is MISSING:
-                raise KeyError("ts")
-            ts, dur = float(ts), 0.0 if dur is MISSING else float(dur)
-            if not (-_MAX_US < ts < _MAX_US and 0.0 <= dur < _MAX_US):  # NaN fails too
-                raise ValueError(f"ts={event.ts!r}, dur={event.dur!r} out of range")
-        except Exception as exc:  # not an object, no ts, ts "abc", dur null ...
-            if not summary.bad_events:
-                summary.bad_example = (f"{type(exc).__name__}: {str(exc)[:80]}"
-                                       if isinstance(event, Event) else
-                                       f"{str(event)[:40]!r} is not a JSON object")
-            summary.bad_events += 1
-            continue
-        if type(name) is not str:
-            name = "" if name is MISSING else str(name)
-        if cat == CPU_OP:
-            pid, tid = event.pid, event.tid
-            key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
-            item = (ts, dur, name)
-            if name.startswith(COMPILED_PREFIXES):
+            if type(name) is not str:
+                name = "" if name is MISSING else str(name)
+            if cat == CPU_OP:
+                pid, tid = event.pid, event.tid
+                key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
+                if name.startswith(COMPILED_PREFIXES):
+                    compiled.append((ts, ts + dur))
+                thread = threads.get(key)
+                if thread is None:
+                    thread = threads[key] = ([], [], [])
+                thread[0].append(ts)
+                thread[1].append(dur)
+                thread[2].append(name)
+            elif cat in GPU_CATS:
+                gpu.append((ts, ts + dur))
+                row = gpu_ops.get(name)
+                if row is None:
+                    gpu_ops[name] = [1, dur]
+                else:
+                    row[0] += 1
+                    row[1] += dur
+            elif name.startswith(_STEP_PREFIX):
+                args = event.args
+                ours = isinstance(args, Args) and bool(args.profcallbacks)
+                step_events.append((ts, dur, name, ours))
+            elif name.startswith(COMPILED_PREFIXES):
                 compiled.append((ts, ts + dur))
-            if key in threads:
-                threads[key].append(item)
-            else:
-                threads[key] = [item]
-        elif cat in GPU_CATS:
-            gpu.append((ts, ts + dur))
-            row = gpu_ops.get(name)
-            if row is None:
-                gpu_ops[name] = [1, dur]
-            else:
-                row[0] += 1
-                row[1] += dur
-        elif name.startswith(_STEP_PREFIX):
-            args = event.args
-            ours = isinstance(args, Args) and bool(args.profcallbacks)
-            step_events.append((ts, dur, name, ours))
-        elif name.startswith(COMPILED_PREFIXES):
-            compiled.append((ts, ts + dur))
 
-    compute, data = _self_times(threads, summary.cpu_ops)
-    data_merged = merge(data)
-    compute_merged = subtract(merge(compute), data_merged)
-    gpu_merged = merge(gpu) if gpu else None
-    compiled_merged = merge(compiled) if compiled else None
-    if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's own
-        step_events = [e for e in step_events if e[3]]
-    for ts, dur, name, _ in sorted(step_events):
-        end = ts + dur
-        data_us = covered(data_merged, ts, end)
-        compute_us = covered(compute_merged, ts, end)
-        summary.steps.append({
-            "step": _step_number(name),
-            "step_ms": dur / 1e3,
-            "data_wait_ms": data_us / 1e3,
-            "compute_ms": compute_us / 1e3,
-            "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
-            "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
-            "compiled_ms": (0.0 if compiled_merged is None
-                            else covered(compiled_merged, ts, end) / 1e3),
-        })
-    for row in summary.cpu_ops.values():
-        row[1] /= 1e3
-        row[2] /= 1e3
-    for row in gpu_ops.values():
-        row[1] /= 1e3
-    return summary
+    def finish(self, trace: Trace, path: Path, found: TraceFormat) -> TraceSummary:
+        """The summary of every piece added; ``trace`` gives the top-level blocks (its events
+        are not read)."""
+        meta = _block(trace.profcallbacks)
+        dist = _block(trace.distributedInfo)
+        worker = path.name.split(".")[0]
+        match = _WORKER_RANK.match(worker)
+        rank = _int(meta.get("rank", dist.get("rank")), int(match.group(1)) if match else 0)
+        trigger = meta.get("trigger")
+        summary = TraceSummary(path=path, rank=rank, world_size=_int(dist.get("world_size"), 1),
+                               worker=worker, trigger=trigger if isinstance(trigger, str) else None,
+                               partial=bool(meta.get("partial")),
+                               export_overlap=meta.get("export_overlap") is True, format=found,
+                               budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
+                               else None, gpu_ops=self.gpu_ops, bad_events=self.bad_events,
+                               bad_example=self.bad_example)
+        compute, data = _self_times(self.threads, summary.cpu_ops)
+        self.threads = {}
+        data_merged = merge(data)
+        compute_merged = subtract(merge(compute), data_merged)
+        gpu_merged = merge(self.gpu) if self.gpu else None
+        compiled_merged = merge(self.compiled) if self.compiled else None
+        step_events = self.step_events
+        if any(ours for *_, ours in step_events):  # prefer our exact step ranges over the profiler's
+            step_events = [e for e in step_events if e[3]]
+        for ts, dur, name, _ in sorted(step_events):
+            end = ts + dur
+            data_us = covered(data_merged, ts, end)
+            compute_us = covered(compute_merged, ts, end)
+            summary.steps.append({
+                "step": _step_number(name),
+                "step_ms": dur / 1e3,
+                "data_wait_ms": data_us / 1e3,
+                "compute_ms": compute_us / 1e3,
+                "other_ms": max(dur - data_us - compute_us, 0.0) / 1e3,
+                "gpu_kernel_ms": None if gpu_merged is None else covered(gpu_merged, ts, end) / 1e3,
+                "compiled_ms": (0.0 if compiled_merged is None
+                                else covered(compiled_merged, ts, end) / 1e3),
+            })
+        for row in summary.cpu_ops.values():
+            row[1] /= 1e3
+            row[2] /= 1e3
+        for row in summary.gpu_ops.values():
+            row[1] /= 1e3
+        return summary
 
 
-def _self_times(threads: dict[Any, list[tuple[float, float, str]]],
+def _self_times(threads: dict[Any, _Thread],
                 ops: dict[str, list[float]]) -> tuple[list[Interval], list[Interval]]:
-    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals."""
+    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals.
+
+    Each thread's operators are visited by start, the longest first among equal starts (two
+    stable sorts of their indices: no record per operator)."""
     compute: list[Interval] = []
     data: list[Interval] = []
-    for events in threads.values():
-        events.sort(key=lambda e: (e[0], -e[1]))
-        stack: list[tuple[float, int]] = []  # (end, index) of open ancestors
-        child = [0.0] * len(events)
-        for i, (ts, dur, name) in enumerate(events):
-            end = ts + dur
+    for starts, durs, names in threads.values():
+        order = sorted(range(len(starts)), key=durs.__getitem__, reverse=True)
+        order.sort(key=starts.__getitem__)
+        stack: list[tuple[float, int]] = []  # (end, position in order) of open ancestors
+        child = [0.0] * len(order)
+        for at, i in enumerate(order):
+            ts = starts[i]
+            end = ts + durs[i]
             while stack and stack[-1][0] <= ts:
                 stack.pop()
             if stack:
-                child[stack[-1][1]] += dur
-            elif name.startswith(LOADER_PREFIXES):
+                child[stack[-1][1]] += durs[i]
+            elif names[i].startswith(LOADER_PREFIXES):
                 data.append((ts, end))
             else:
                 compute.append((ts, end))
-            stack.append((end, i))
-        for i, (_, dur, name) in enumerate(events):
+            stack.append((end, at))
+        for at, i in enumerate(order):
+            name, dur = names[i], durs[i]
             row = ops.get(name)
             if row is None:
-                ops[name] = [1, dur - child[i], dur]
+                ops[name] = [1, dur - child[at], dur]
             else:
                 row[0] += 1
-                row[1] += dur - child[i]
+                row[1] += dur - child[at]
                 row[2] += dur
     return compute, data
 

@@ -14,6 +14,7 @@ from profcallbacks.report.analyse.verdict import SHARE_OF
 from profcallbacks.report.analyse.verdict import label as verdict_label
 from profcallbacks.report.read.budgets import budget_lines
 from profcallbacks.report.render.expert_render import diagnosis_lines, throughput_text
+from profcallbacks.report.render.ranks_text import job_lines
 from profcallbacks.report.render.safe import visible
 
 
@@ -153,6 +154,7 @@ def _captures_section(captures: list[dict[str, Any]],
             out.append(f"  {c['directory']}: {line}")
         if c.get("ranks_differ"):
             out.append(f"  {c['directory']}: ranks differ: {c['ranks_differ']}")
+        out += job_lines(c["directory"], c.get("job"))
         bd = c.get("breakdown")
         if len(captures) > 1 and bd:
             out.append(f"  {c['directory']}: step {_ms(bd['step_ms'])}, data wait "

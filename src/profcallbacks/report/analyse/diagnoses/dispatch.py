@@ -29,11 +29,13 @@ def dispatch_bound(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     if not cap.cpu_only:
         return None
-    top = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")
-           and not any(p.startswith("aten::") for p in o.parents)]
-    if any(o.name.startswith(COMPILED_PREFIXES) or any(p.startswith(COMPILED_PREFIXES) for p in o.parents)
-           for o in cap.ops if cap.in_steps(o.ts)):
+    steady = [o for o in cap.ops if cap.in_steps(o.ts)]
+    chains = {id(o.parents): o.parents for o in steady}  # siblings share one parents tuple
+    if any(o.name.startswith(COMPILED_PREFIXES) for o in steady) or any(
+            p.startswith(COMPILED_PREFIXES) for chain in chains.values() for p in chain):
         return None
+    under_aten = {key for key, chain in chains.items() if any(p.startswith("aten::") for p in chain)}
+    top = [o for o in steady if o.name.startswith("aten::") and id(o.parents) not in under_aten]
     per_step = len(top) / cap.n_steps
     if per_step < MIN_OPS:
         return None

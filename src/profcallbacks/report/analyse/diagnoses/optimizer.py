@@ -23,7 +23,10 @@ Negative case: one forward per step (the V100 trace), or all-reduce after the la
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable
+from itertools import accumulate
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms
 from profcallbacks.report.analyse.diagnoses.whatif import busy_of, dispatch_saving, per_op_us
@@ -37,8 +40,17 @@ _KEPT = ("aten::item", "aten::_local_scalar_dense", "aten::empty", "aten::to", "
 """Operators a foreach optimizer still runs once per parameter or per step (its step counters)."""
 
 
-def _inside(items: list[Op], start: float, end: float) -> list[Op]:
-    return [o for o in items if start <= o.ts and o.end <= end]
+def _holder(ranges: list[Op]) -> Callable[[Op], bool]:
+    """Whether one of ``ranges`` holds an operator: the furthest end among the ranges starting at
+    or before it reaches its end (one bisection, not a scan of every range)."""
+    ordered = sorted(ranges, key=lambda r: r.ts)
+    starts = [r.ts for r in ordered]
+    reach = list(accumulate((r.end for r in ordered), max))
+
+    def holds(op: Op) -> bool:
+        i = bisect.bisect_right(starts, op.ts)
+        return i > 0 and reach[i - 1] >= op.end
+    return holds
 
 
 def unfused_optimizer(cap: Capture) -> Diagnosis | None:
@@ -49,12 +61,17 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     if not cap.has_gpu and not cap.cpu_only:
         return None  # a device whose kernels this trace does not show (MTIA, a CPU-side file)
     names: list[str] = []
-    for r in ranges:
-        if cap.has_gpu:
-            names += [k.name for k in cap.kernels if k.cat == "kernel" and k.launch_ts is not None
-                      and r.ts <= k.launch_ts <= r.end]
-        names += [o.name for o in _inside(cap.ops, r.ts, r.end)
-                  if o.parents and o.parents[-1] == r.name and o is not r]
+    launched = sorted((k.launch_ts, k.name) for k in cap.kernels
+                      if k.cat == "kernel" and k.launch_ts is not None) if cap.has_gpu else []
+    starts = [t for t, _ in launched]
+    by_start = sorted(cap.ops, key=lambda o: o.ts)
+    op_starts = [o.ts for o in by_start]
+    for r in ranges:  # each range's kernels and operators found by bisection: linear in steps
+        names += [n for _, n in launched[bisect.bisect_left(starts, r.ts):
+                                         bisect.bisect_right(starts, r.end)]]
+        names += [o.name for o in by_start[bisect.bisect_left(op_starts, r.ts):
+                                           bisect.bisect_right(op_starts, r.end)]
+                  if o.end <= r.end and o.parents and o.parents[-1] == r.name and o is not r]
     if any(_FUSED.search(n) for n in names):
         return None
     counted = [n for n in names if not n.startswith(("aten::", "Optimizer"))] if cap.has_gpu else names
@@ -62,8 +79,8 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     if per_step < MIN_OPS:
         return None
     cost = sum(r.end - r.ts for r in ranges)
-    children = [o for o in cap.ops if o.parents and o.parents[-1] in {r.name for r in ranges}
-                and any(r.ts <= o.ts and o.end <= r.end for r in ranges)]
+    holds, range_names = _holder(ranges), {r.name for r in ranges}
+    children = [o for o in cap.ops if o.parents and o.parents[-1] in range_names and holds(o)]
     per_param = [o for o in children if not o.name.startswith(_KEPT)]
     kept = len({o.name for o in per_param}) * len(ranges)  # one multi-tensor call per name
     each = per_op_us(per_param)

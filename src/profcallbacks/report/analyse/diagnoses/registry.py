@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from profcallbacks.report.analyse.critical_path import CriticalPath, critical_path
 from profcallbacks.report.analyse.diagnoses.allocator import allocator_churn
 from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
 from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
@@ -20,7 +21,7 @@ from profcallbacks.report.analyse.diagnoses.model import MIN_GAIN_SHARE, MIN_GPU
 from profcallbacks.report.analyse.diagnoses.optimizer import grad_accumulation_sync, unfused_optimizer
 from profcallbacks.report.analyse.diagnoses.precision import fp32_compute
 from profcallbacks.report.analyse.diagnoses.startup import cold_start
-from profcallbacks.report.analyse.diagnoses.whatif import bound_gains
+from profcallbacks.report.analyse.diagnoses.whatif import bound_by_path, bound_gains
 from profcallbacks.report.read.capture_model import build_capture
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,15 @@ KINDS = tuple(rule.__name__ for rule in RULES)
 
 def run_rules(cap: Capture) -> list[Diagnosis]:
     """Every diagnosis of ``cap`` worth at least ``MIN_GAIN_SHARE`` of its step (or
-    ``MIN_GPU_SHARE`` of its kernel time), largest gain first, each gain bounded by what the
-    larger ones leave of the step (``whatif.bound_gains``)."""
+    ``MIN_GPU_SHARE`` of its kernel time), largest gain first, each gain bounded by its side's
+    part of the critical path (``whatif.bound_by_path``) and by what the larger ones leave of the
+    step (``whatif.bound_gains``)."""
+    return diagnose(cap)[0]
+
+
+def diagnose(cap: Capture) -> tuple[list[Diagnosis], CriticalPath | None]:
+    """``run_rules``'s diagnoses and the critical path they were bounded by (``None`` on a CPU
+    run or when the path could not be read)."""
     found: list[Diagnosis] = []
     for rule in RULES:
         try:
@@ -48,11 +56,24 @@ def run_rules(cap: Capture) -> list[Diagnosis]:
         if diagnosis is not None and (diagnosis.gain_share >= MIN_GAIN_SHARE or
                                       diagnosis.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE):
             found.append(diagnosis)
+    path = _path(cap)
+    found = [d for d in bound_by_path(found, path) if d.gain_share >= MIN_GAIN_SHARE
+             or d.details.get("gpu_share", 0.0) >= MIN_GPU_SHARE]
     found.sort(key=lambda d: -d.gain_ms)
     found = bound_gains(found, cap.step_ms())
     for d in found:
         d.details["per"] = "capture" if cap.whole_span else "step"
-    return found
+    return found, path
+
+
+def _path(cap: Capture) -> CriticalPath | None:
+    """The capture's critical path, after ``cold_start`` marked the cold part; ``None`` when it
+    cannot be read (the diagnoses stand without the bound)."""
+    try:
+        return critical_path(cap)
+    except Exception as exc:  # an odd trace costs the gains their path bound, nothing else
+        log.warning("profcallbacks: no critical path for a trace (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def diagnose_events(events: list[Any], properties: Any = None,

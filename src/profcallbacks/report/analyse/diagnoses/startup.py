@@ -9,7 +9,12 @@ Trigger (either):
   loading at a kernel's first launch, the caching allocator growing (``cudaMalloc``/``cudaFree``)
   or cuDNN/cuBLAS autotuning behind a first convolution or matmul;
 - with three or more steps, the first at least ``FIRST_STEP_RATIO`` times the median of the
-  others (compilation, autotuning, first allocation growth).
+  others (compilation, autotuning, first allocation growth);
+- cuDNN autotuning (``torch.backends.cudnn.benchmark=True``): ``cudaEventSynchronize`` calls
+  inside a cuDNN convolution operator (``aten::cudnn_convolution*``) time the candidate
+  algorithms at a shape's first call. The whole operator is one-off work, and its syncs are not
+  per-step syncs for ``sync_in_step`` (a 2021 ResNet-50 trace: 357 such calls, 424 ms, in its
+  first iteration).
 
 Cost: the union of those calls (or the first step's excess over the median, whichever is larger)
 spread over the captured steps. That time is left out of the steady-state step of every later
@@ -26,10 +31,11 @@ Negative case: a capture scheduled past start-up (no such call; steps of even le
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 from profcallbacks.report.analyse.diagnoses.allocator import ALLOC_CALLS, MIN_CALLS, allocator_calls
-from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, ms, op_path
+from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms, op_path
 from profcallbacks.report.model.intervals import merge
 
 COLD_CALL_US = 20_000.0
@@ -52,7 +58,8 @@ def cold_start(cap: Capture) -> Diagnosis | None:
     long_calls = [c for c in cap.runtime if c.end - c.ts >= COLD_CALL_US
                   and not any(w in c.name for w in _WAITS)
                   and not (churn and c.name in ALLOC_CALLS)]
-    cold = merge((c.ts, c.end) for c in long_calls)
+    tuning = autotune_ops(cap)
+    cold = merge([*((c.ts, c.end) for c in long_calls), *((o.ts, o.end) for o in tuning)])
     calls_us = sum(e - s for s, e in cold)
     first_us = 0.0
     if len(cap.steps) >= 3:
@@ -72,11 +79,20 @@ def cold_start(cap: Capture) -> Diagnosis | None:
             acc[0] += 1
             acc[1] += c.end - c.ts
         top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:4]
-        evidence.append("one-off CUDA calls: " + ", ".join(
-            f"{n} x{int(c)} {ms(t)}" + (f" ({_INIT_HINTS[n]})" if n in _INIT_HINTS else "")
-            for n, (c, t) in top))
-        longest = max(long_calls, key=lambda c: c.end - c.ts)
-        where = op_path(longest.parents)
+        if top:
+            evidence.append("one-off CUDA calls: " + ", ".join(
+                f"{n} x{int(c)} {ms(t)}" + (f" ({_INIT_HINTS[n]})" if n in _INIT_HINTS else "")
+                for n, (c, t) in top))
+        if tuning:
+            syncs = [c for c in cap.runtime if c.name == AUTOTUNE_SYNC
+                     and any(o.ts <= c.ts <= o.end for o in tuning)]
+            evidence.append(
+                f"cuDNN autotuning (torch.backends.cudnn.benchmark=True): {len(tuning)} "
+                f"convolution call(s) {ms(sum(o.end - o.ts for o in tuning))} timing candidate "
+                f"algorithms with {AUTOTUNE_SYNC} x{len(syncs)} "
+                f"{ms(sum(c.end - c.ts for c in syncs))}: once per input shape, not per step")
+        longest = max([*long_calls, *tuning], key=lambda c: c.end - c.ts)
+        where = op_path(longest.parents) if longest.parents else longest.name
         cold_us = calls_us
     else:
         s, e, number = cap.steps[0]
@@ -106,6 +122,29 @@ def cold_start(cap: Capture) -> Diagnosis | None:
              "Run a few warm-up iterations before a benchmark's measured ones; numbers of this "
              "capture's steady part are given without the cold part."],
         details={"cold_ms": cold_us / 1e3, "steady_step_ms": steady_ms})
+
+
+AUTOTUNE_SYNC = "cudaEventSynchronize"
+"""The call cuDNN's benchmark mode times candidate algorithms with."""
+
+
+def autotune_ops(cap: Capture) -> list[Op]:
+    """The cuDNN convolution operators that ran autotuning: ``AUTOTUNE_SYNC`` calls inside them."""
+    convs = sorted((o for o in cap.ops if "cudnn_convolution" in o.name), key=lambda o: o.ts)
+    if not convs:
+        return []
+    starts = [o.ts for o in convs]
+    found: dict[int, Op] = {}
+    for c in cap.runtime:
+        if c.name != AUTOTUNE_SYNC:
+            continue
+        i = bisect.bisect_right(starts, c.ts) - 1
+        while i >= 0 and convs[i].ts > c.ts - 60e6:  # the innermost enclosing one (within 60 s)
+            if convs[i].end >= c.end and convs[i].tid == c.tid:
+                found[id(convs[i])] = convs[i]
+                break
+            i -= 1
+    return sorted(found.values(), key=lambda o: o.ts)
 
 
 def _steady(cap: Capture) -> str:

@@ -13,6 +13,10 @@ independent gains from adding up to more than the step.
   for the host to launch again), minus the time the GPU was busy meanwhile.
 - :func:`dispatch_saving`: operators a multi-tensor (foreach) or compiled version removes, times
   the per-operator host cost measured in the trace (:func:`per_op_us`).
+- :func:`bound_by_path`: a fix shortens the step by at most its side's part of the critical path
+  (``critical_path.py``): a GPU-side fix (TF32, fused attention, fewer device copies) by the GPU's
+  part, a host-side fix (fewer operators, a fused optimizer, loader workers, a caching allocator)
+  by the host's (its own time, late launches, data wait).
 - :func:`loader_saving`: the data wait that ``workers`` loader processes would still leave:
   each batch takes ``wait`` to build on the training thread, ``workers`` build ``workers`` at a
   time, and the rest of the step (``rest``) hides that much of it.
@@ -29,6 +33,7 @@ import bisect
 import statistics
 from collections.abc import Iterable, Sequence
 
+from profcallbacks.report.analyse.critical_path import CriticalPath
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op
 from profcallbacks.report.model.intervals import Interval, covered, merge
 
@@ -103,4 +108,41 @@ def bound_gains(found: list[Diagnosis], step_ms: float) -> list[Diagnosis]:
             d = Diagnosis(d.kind, d.what, d.evidence, d.where, gain, gain / step_ms, d.fix, details)
         left -= gain
         out.append(d)
+    return out
+
+
+SIDE = {"fp32_compute": "gpu", "attention_math_fallback": "gpu", "hidden_copies": "gpu",
+        "dispatch_bound": "host", "launch_bound": "host", "unfused_optimizer": "host",
+        "allocator_churn": "host", "input_pipeline": "host"}
+"""The side of the step each fix shortens (kinds not named here are bounded otherwise: a sync's
+gain is already the GPU idle it causes)."""
+
+
+def bound_by_path(found: list[Diagnosis], path: CriticalPath | None) -> list[Diagnosis]:
+    """``found`` with each gain at most its side's part of the critical path ``path`` (per step,
+    ms), and ``details["shortens"]`` naming that side; unchanged without a path (CPU runs)."""
+    if path is None or path.steps == 0:
+        return found
+    parts = {"gpu": path.gpu_ms, "host": path.host_ms + path.launch_ms + path.data_ms}
+    out = []
+    for d in found:
+        side = SIDE.get(d.kind)
+        if side is None:
+            out.append(d)
+            continue
+        limit = parts[side]
+        details = dict(d.details, shortens=side, critical_ms=round(limit, 4))
+        gain, share, evidence = d.gain_ms, d.gain_share, d.evidence
+        if gain > limit:
+            details["path_bounded_from_ms"] = round(gain, 4)
+            share = share * limit / gain if gain > 0 else 0.0
+            gain = limit
+            who = "GPU" if side == "gpu" else "host"
+            line = (f"at most ~{gain:.2f} ms now: the {who} holds only {limit:.2f} ms of the "
+                    f"step's critical path ({path.sentence()})" if limit > 0 else
+                    f"nothing now: the {who} is off the step's critical path ({path.sentence()}); "
+                    f"it pays once the other side is fixed")
+            evidence = [*evidence, line]
+            details["basis"] = f"{details['basis']}; {line}" if details.get("basis") else line
+        out.append(Diagnosis(d.kind, d.what, evidence, d.where, gain, share, d.fix, details))
     return out

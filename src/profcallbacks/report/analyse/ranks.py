@@ -1,0 +1,163 @@
+"""One capture's ranks read as one job: distributions, stragglers by host, verdict clusters.
+
+A job of thousands of ranks needs no table of thousands of rows: per capture, the median, p99 and
+worst rank of step time, data wait, compute and communication; the ranks the others wait for in
+collectives (stragglers), grouped by host; and the ranks clustered by verdict ("1020 ranks
+gpu_compute_bound; 4 ranks host_bound on node-17").
+
+Stragglers come from collective wait times (``rank_summary.collective_calls``): in each
+collective, a rank that arrives early waits for the last one, so the last to arrive waits least.
+For each collective call matched across ranks (same captured step, same position in it) a rank's
+lateness is the median wait of all ranks minus its own wait; a straggler is a rank whose lateness,
+summed over a step's collectives, is at least ``MIN_STEP_SHARE`` of the median step and stands
+out from the other ranks' (``OUTLIER_MADS`` median absolute deviations). Clock offsets between
+hosts do not matter: only durations on each rank's own clock are compared.
+
+Example:
+    >>> rows = [{"rank": r, "host": f"n{r // 2}", "metrics": {"step_ms": 10.0 + r},
+    ...          "collectives": [[0, 1.0, 5.0 if r < 3 else 0.1]]} for r in range(4)]
+    >>> view = job_view(rows, [{"rank": r, "kind": "host_bound"} for r in range(4)])
+    >>> [s["rank"] for s in view["stragglers"]], view["clusters"][0]["count"]
+    ([3], 4)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Any
+
+MIN_STEP_SHARE = 0.05
+"""A straggler costs the others at least this share of the median step in collective waits."""
+OUTLIER_MADS = 5.0
+"""... and its lateness lies this many median absolute deviations above the ranks' median."""
+SHOWN_RANKS = 16
+"""Ranks named per cluster or host; the rest are counted."""
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``sorted_values`` (nearest rank, as a p99 of ranks is read)."""
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+    """Step time, data wait, compute and communication (ms per step) of one rank's metrics."""
+    step = float(metrics.get("step_ms") or 0.0)
+    gpu = metrics.get("gpu")
+    comm = float(metrics.get("comm_call_ms") or 0.0)
+    if isinstance(gpu, dict) and gpu.get("kernels"):
+        compute = float(gpu.get("compute_share") or 0.0) * step
+        comm = max(comm, float(gpu.get("comm_share") or 0.0) * step)
+    else:  # host operators (a gloo collective waits on threads of its own, counted in comm)
+        compute = float(metrics.get("cpu_ops_ms") or 0.0)
+    return {"step_ms": step, "data_wait_ms": float(metrics.get("data_wait_ms") or 0.0),
+            "compute_ms": compute, "comm_ms": comm}
+
+
+def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per part: ``{"median", "p99", "worst", "worst_rank"}`` over the ranks (ms per step)."""
+    per_rank = [(row.get("rank"), _parts(row["metrics"])) for row in rows if row.get("metrics")]
+    out: dict[str, dict[str, Any]] = {}
+    if not per_rank:
+        return out
+    for key in ("step_ms", "data_wait_ms", "compute_ms", "comm_ms"):
+        values = sorted(parts[key] for _, parts in per_rank)
+        worst_rank = max(per_rank, key=lambda rp: rp[1][key])[0]
+        out[key] = {"median": statistics.median(values), "p99": _quantile(values, 0.99),
+                    "worst": values[-1], "worst_rank": worst_rank}
+    return out
+
+
+def lateness(rows: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
+    """Per rank: (ms per captured step the median rank waits for it in collectives, share of
+    matched collectives it arrived last in)."""
+    calls: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+    steps: dict[int, set[int]] = defaultdict(set)
+    for row in rows:
+        rank = row.get("rank")
+        if not isinstance(rank, int):
+            continue
+        position: Counter[int] = Counter()
+        for step, _arrival, wait in row.get("collectives") or []:
+            step = int(step)
+            calls[(step, position[step])][rank] = float(wait)
+            position[step] += 1
+            steps[rank].add(step)
+    late: dict[int, float] = defaultdict(float)
+    last: Counter[int] = Counter()
+    matched: Counter[int] = Counter()
+    quorum = max(2, len(rows) // 2)
+    for waits in calls.values():
+        if len(waits) < quorum:
+            continue
+        median = statistics.median(waits.values())
+        for rank, wait in waits.items():
+            late[rank] += max(median - wait, 0.0)
+            matched[rank] += 1
+        last[min(waits, key=lambda r: waits[r])] += 1
+    return {rank: (late[rank] / max(len(steps[rank]), 1), last[rank] / matched[rank])
+            for rank in matched}
+
+
+def stragglers(rows: list[dict[str, Any]], step_ms: float) -> list[dict[str, Any]]:
+    """The ranks the others wait for: ``{"rank", "host", "others_wait_ms", "last_share"}``,
+    the costliest first (``others_wait_ms``: per captured step, in collectives)."""
+    found = lateness(rows)
+    if len(found) < 2:
+        return []
+    values = [v[0] for v in found.values()]
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    floor = max(MIN_STEP_SHARE * step_ms, median + OUTLIER_MADS * mad)
+    hosts = {row.get("rank"): row.get("host") for row in rows}
+    out = [{"rank": rank, "host": hosts.get(rank), "others_wait_ms": ms, "last_share": share}
+           for rank, (ms, share) in found.items() if ms > 0 and ms >= floor]
+    return sorted(out, key=lambda s: -s["others_wait_ms"])
+
+
+def _named(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:SHOWN_RANKS]))
+    return shown + (f" and {len(ranks) - SHOWN_RANKS} more" if len(ranks) > SHOWN_RANKS else "")
+
+
+def clusters(verdicts: list[dict[str, Any]], hosts: dict[Any, Any]) -> list[dict[str, Any]]:
+    """Ranks grouped by verdict kind: ``{"kind", "count", "ranks", "hosts"}``, largest first;
+    ``hosts`` lists the hosts of a minority kind (where the odd ranks run)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for v in verdicts:
+        groups[str(v["kind"])].append(v["rank"])
+    out = []
+    for kind, ranks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        on = Counter(str(hosts.get(r)) for r in ranks if hosts.get(r) is not None)
+        out.append({"kind": kind, "count": len(ranks), "ranks": sorted(ranks),
+                    "hosts": [h for h, _ in on.most_common()]})
+    return out
+
+
+def job_view(rows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job view of one capture's rank rows (``summarize.rank_row``) and rank verdicts;
+    ``None`` for a capture of one rank."""
+    if len(rows) < 2:
+        return None
+    dist = distributions(rows)
+    step_ms = dist["step_ms"]["median"] if dist else 0.0
+    slow = stragglers(rows, step_ms)
+    hosts = {row.get("rank"): row.get("host") for row in rows}
+    groups = clusters(verdicts, hosts)
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for s in slow:
+        by_host[str(s["host"])].append(s["rank"])
+    parts = []
+    for i, g in enumerate(groups):
+        where = f" on {', '.join(g['hosts'][:4])}" if i and 0 < len(g["hosts"]) <= 4 else ""
+        parts.append(f"{g['count']} rank{'s' if g['count'] != 1 else ''} {g['kind']}{where}")
+    sentence = "; ".join(parts)
+    if slow:
+        sentence += "; stragglers (the others wait for them): " + "; ".join(
+            f"rank{'s' if len(r) > 1 else ''} {_named(sorted(r))} on {h}"
+            for h, r in sorted(by_host.items(), key=lambda kv: -len(kv[1])))
+    return {"ranks": len(rows), "distributions": dist, "clusters": groups, "stragglers": slow,
+            "straggler_hosts": [{"host": h, "ranks": sorted(r)} for h, r in by_host.items()],
+            "sentence": sentence,
+            "sources": dict(Counter(str(row.get("source")) for row in rows))}

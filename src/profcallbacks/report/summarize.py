@@ -1,0 +1,158 @@
+"""Summaries of traces: read one trace (its summary when it matches), write summaries in bulk.
+
+``read_one`` is how the report reads each trace file: from its summary when the summary still
+describes it, else by parsing the trace. ``summarize_files`` writes summaries for traces the
+library did not write (``profcallbacks summarize DIR``), over a process pool; under a launcher
+(torchrun, srun) each rank takes its share of the files by index and ``gather_counts`` sums the
+ranks' counts on rank 0 over the process group.
+
+Example:
+    >>> from pathlib import Path
+    >>> done = summarize_files([], processes=1)
+    >>> done.written, done.failed
+    (0, [])
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profcallbacks.capture.summary_file import load_summary, tie_of, write_summary
+from profcallbacks.core.collector import gc_paused
+from profcallbacks.report.analyse.captures import analyse_trace
+from profcallbacks.report.analyse.rank_summary import collective_calls, host_of, summary_record
+from profcallbacks.report.read.files import ReadError
+from profcallbacks.report.read.summaries import SummaryUse, read_summary
+from profcallbacks.report.read.traces import TraceSummary, read_trace_file
+
+log = logging.getLogger(__name__)
+
+
+def rank_row(record: dict[str, Any], source: str) -> dict[str, Any]:
+    """What the job view (``report/analyse/ranks.py``) reads of one rank's file."""
+    analysis = record.get("analysis") or {}
+    return {"source": source, "rank": record.get("rank"), "host": record.get("host"),
+            "worker": record.get("worker"), "metrics": analysis.get("metrics"),
+            "collectives": record.get("collectives") or []}
+
+
+def read_one(path: Path, use: SummaryUse, *,
+             summaries: bool = True) -> tuple[TraceSummary, dict[str, Any]]:
+    """``path``'s ``TraceSummary`` (with its analysis) and its job-view row (``source``:
+    ``"summary"`` or ``"trace"``), counted in ``use``; with ``summaries``, from its summary when
+    that still matches the trace.
+
+    Raises:
+        ReadError: The trace had to be parsed and cannot be read.
+    """
+    if summaries:
+        found = read_summary(path, use)
+        if found is not None:
+            return found[0], rank_row(found[1], "summary")
+    use.parsed += 1
+    model = read_trace_file(path)
+    summary = model.summary
+    summary.analysis = analyse_trace(model)
+    row = rank_row({"rank": summary.rank, "host": host_of(summary.worker),
+                    "worker": summary.worker, "analysis": summary.analysis,
+                    "collectives": collective_calls(model.scan, summary.steps)}, "trace")
+    del model
+    return summary, row
+
+
+def summarize_one(path: Path, force: bool = False) -> tuple[str, str]:
+    """Write the summary of the trace ``path`` (unless one matches it, or ``force``);
+    ``(status, path)`` with status ``written``, ``kept`` or the error. Never raises."""
+    try:
+        if not force and load_summary(path).status == "match":
+            return "kept", str(path)
+        tie = tie_of(path)  # before the parse: a trace that changes meanwhile reads as stale
+        with gc_paused():
+            model = read_trace_file(path)
+            record = summary_record(model, analyse_trace(model))
+            del model
+        write_summary(path.parent, path.name, record, tie)
+        return "written", str(path)
+    except ReadError as exc:
+        return f"not a readable trace ({exc.reason})", str(path)
+    except Exception as exc:  # one bad file never stops the others
+        return f"{type(exc).__name__}: {exc}", str(path)
+
+
+@dataclass
+class SummarizeResult:
+    """What ``summarize_files`` did: summaries written, kept (still matching), files that failed."""
+
+    written: int = 0
+    kept: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+    def add(self, status: str, path: str) -> None:
+        if status == "written":
+            self.written += 1
+        elif status == "kept":
+            self.kept += 1
+        else:
+            self.failed.append((path, status))
+
+
+def share(files: list[Path], rank: int, world_size: int) -> list[Path]:
+    """The files rank ``rank`` of ``world_size`` summarises: every ``world_size``-th by index."""
+    return files[rank::world_size]
+
+
+def summarize_files(files: list[Path], *, processes: int = 1,
+                    force: bool = False) -> SummarizeResult:
+    """Write the summaries of ``files`` with ``processes`` worker processes (1: in this one)."""
+    result = SummarizeResult()
+    if processes <= 1 or len(files) <= 1:
+        for path in files:
+            result.add(*summarize_one(path, force))
+        return result
+    with ProcessPoolExecutor(max_workers=min(processes, len(files))) as pool:
+        for status, name in pool.map(summarize_one, files, [force] * len(files),
+                                     chunksize=max(1, len(files) // (processes * 8))):
+            result.add(status, name)
+    return result
+
+
+def launcher_rank() -> tuple[int, int]:
+    """``(rank, world_size)`` from torchrun's or Slurm's variables; ``(0, 1)`` outside a job."""
+    for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = os.environ.get(rank_var), os.environ.get(size_var)
+        if rank is not None and size is not None and rank.isdigit() and size.isdigit():
+            return int(rank), max(int(size), 1)
+    return 0, 1
+
+
+def gather_counts(result: SummarizeResult, world_size: int) -> SummarizeResult:
+    """Sum every rank's ``result`` on rank 0 over a gloo process group (joined from the
+    launcher's variables, left afterwards); outside a job, ``result`` itself."""
+    if world_size <= 1:
+        return result
+    import torch.distributed as dist
+
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo")
+    try:
+        rank = dist.get_rank()
+        gathered: list[Any] = [None] * dist.get_world_size() if rank == 0 else []
+        dist.gather_object((result.written, result.kept, result.failed),
+                           gathered if rank == 0 else None, dst=0)
+    finally:
+        if own:
+            dist.destroy_process_group()
+    if rank != 0:
+        return result
+    total = SummarizeResult()
+    for written, kept, failed in gathered:
+        total.written += written
+        total.kept += kept
+        total.failed += [tuple(f) for f in failed]
+    return total

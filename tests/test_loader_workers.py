@@ -1,0 +1,195 @@
+"""Worker timing of real ``DataLoader(num_workers=2)`` runs, under ``fork`` and ``spawn``: the
+stall finding names the part of the workers' time that makes the loop wait (fetch, collate,
+transfer, start-up) and the dataset's hot line, a healthy loader gets no stall and no worker
+timing at all, and a capture carries one track per worker aligned with the loop's waits."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from helpers import QUIET, capture_dirs, load_trace, trace_files
+from loader_cases import BigArrays, Cheap, SlowCollate, SlowDecode, SlowInit, marked_line
+from profcallbacks import StallConfig, StepProfiler
+from profcallbacks.findings import DATALOADER_STALL, DATALOADER_WAIT, Finding
+
+STALL = StallConfig(min_duration_s=0.5, min_steps=12)
+CONTEXTS = ["fork", "spawn"]
+
+
+def _train(logdir: Path, loaders: Iterable[Any], *, steps: int, step_s: float = 0.01,
+           capture_at: int | None = None, **options: Any) -> StepProfiler:
+    """Train ``steps`` steps of ``step_s`` (a sleep: the workers get the cores) over the passes
+    ``loaders``; capture 8 steps from ``capture_at``."""
+    prof = StepProfiler(logdir, **{**QUIET, "stall": STALL, **options})
+    done = 0
+    with prof:
+        for loader in loaders:
+            for _ in prof.wrap(loader):
+                time.sleep(step_s)
+                prof.step()
+                done += 1
+                if done == capture_at:
+                    prof.capture(8)
+                if done >= steps:
+                    return prof
+    return prof
+
+
+def _stall(prof: StepProfiler) -> Finding:
+    stalls = [f for f in prof.findings if f.kind == DATALOADER_STALL]
+    assert stalls, [f.message for f in prof.findings]
+    return stalls[0]
+
+
+def _loader(dataset: Any, ctx: str, **kwargs: Any) -> DataLoader[Any]:
+    return DataLoader(dataset, num_workers=2, multiprocessing_context=ctx,
+                      **{"batch_size": 4, **kwargs})
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_slow_getitem_names_fetch_and_its_line(tmp_path: Path, ctx: str) -> None:
+    loader = _loader(SlowDecode(kib=150), ctx)
+    prof = _train(tmp_path, [loader], steps=70)
+    stall = _stall(prof)
+    workers = stall.details["loader_workers"]
+    assert workers["part"] == "fetch", stall.message
+    line = f"loader_cases.py:{marked_line('decode')}"
+    assert line in stall.message and "fetch" in stall.message
+    hot = workers["workers"]["lines"]
+    assert hot[0]["line"].endswith(f"{line} SlowDecode.__getitem__") and hot[0]["phase"] == "fetch"
+    assert hot[0]["share"] > 0.5, hot
+    rows = workers["workers"]["rows"]
+    assert sorted(r["worker"] for r in rows) == [0, 1]
+    for row in rows:  # 4 samples of about 8 ms of CPU each, in the fetch
+        assert row["fetch_ms"] >= 20 and row["fetch_ms"] > 5 * (row["collate_ms"] + row["send_ms"])
+    assert workers["workers_needed"] >= 3 and workers["build_per_s"] < workers["consume_per_s"]
+    assert loader.worker_init_fn is None and loader.collate_fn.__name__ == "default_collate"
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_expensive_collate_names_collate_and_its_line(tmp_path: Path, ctx: str) -> None:
+    collate = SlowCollate()
+    prof = _train(tmp_path, [_loader(Cheap(), ctx, collate_fn=collate)], steps=70)
+    stall = _stall(prof)
+    workers = stall.details["loader_workers"]
+    assert workers["part"] == "collate", stall.message
+    assert f"loader_cases.py:{marked_line('collate')}" in stall.message
+    assert "collate_fn (SlowCollate) cheaper" in stall.message
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_large_tensors_name_the_transfer(tmp_path: Path, ctx: str) -> None:
+    prof = _train(tmp_path, [_loader(BigArrays(mib=48), ctx, batch_size=None)], steps=60)
+    stall = _stall(prof)
+    workers = stall.details["loader_workers"]
+    assert workers["part"] == "transfer", stall.message
+    parts = workers["workers"]["parts_ms"]
+    assert parts["transfer"] > 5 * parts["fetch"], parts
+    assert "send less back to the main process" in stall.message
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_a_loader_made_again_each_epoch_names_the_start_up(tmp_path: Path, ctx: str) -> None:
+    def epochs() -> Iterable[DataLoader[Any]]:
+        for _ in range(3):
+            yield _loader(Cheap(24), ctx, worker_init_fn=SlowInit(0.4))
+
+    prof = _train(tmp_path, epochs(), steps=18)
+    waits = [f for f in prof.findings if f.kind == DATALOADER_WAIT
+             and f.details["pattern"] == "startup"]
+    restarted = [f for f in waits if f.details["workers_restarted"]]
+    assert len(restarted) == 2, [f.message for f in prof.findings]
+    for finding in restarted:
+        assert finding.details["part"] == "start-up" and "start-up" in finding.message
+        assert finding.details["startup_ms"] >= 400  # the worker_init_fn's 0.4 s at least
+        assert all(w["init_ms"] >= 390 for w in finding.details["workers_startup_ms"])
+        assert "persistent_workers=True" in finding.message
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_a_healthy_loader_gets_no_stall_and_no_worker_timing(
+        tmp_path: Path, ctx: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="profcallbacks"):
+        prof = _train(tmp_path, [_loader(Cheap(), ctx)], steps=60, step_s=0.03)
+    assert [f.kind for f in prof.findings] == [DATALOADER_WAIT]  # the workers' first start
+    workers = prof.session.loader_workers
+    # on only for periods (0.2 s) where a loaded machine made the loop wait, if ever
+    assert len(workers.waits) < 30, len(workers.waits)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def _waits(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The loop's ``__next__`` ranges, in order: the ``j``-th fetched the ``j``-th batch."""
+    return sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                  if str(e.get("name", "")).startswith("enumerate(DataLoader)")
+                  and e.get("ph") == "X")
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_worker_tracks_overlap_the_loops_waits_for_the_same_batches(tmp_path: Path,
+                                                                    ctx: str) -> None:
+    _train(tmp_path, [_loader(SlowDecode(kib=250), ctx)], steps=40, capture_at=25,
+           max_captures=1)
+    [capture] = capture_dirs(tmp_path)
+    [path] = trace_files(capture)
+    events = load_trace(path)["traceEvents"]
+    tracks = [e for e in events if e.get("cat") == "profcallbacks_loader_worker"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M"
+             and e.get("name") == "thread_name" and e.get("pid") == tracks[0]["pid"]}
+    assert names == {"DataLoader worker 0", "DataLoader worker 1"}
+    sends = {e["args"]["batch"]: e["ts"] + e["dur"] for e in tracks if e["args"]["phase"] == "send"}
+    fetches = {e["args"]["batch"]: e["ts"] for e in tracks if e["args"]["phase"] == "fetch"}
+    waits = _waits(events)
+    long = [(j, w) for j, w in enumerate(waits) if w[1] - w[0] > 3000]  # > 3 ms
+    assert len(long) >= 4, waits
+    # the batch a long wait waited for: the one whose send ended last before the wait ended
+    matched = []
+    for j, (start, end) in long:
+        inside = [(t, b) for b, t in sends.items() if start <= t <= end]
+        if inside:
+            matched.append((j, max(inside)[1]))
+    # the j-th wait of the window and the batch it got: one offset for most of them (a wait
+    # can also see the next batch arrive while its own was sent before it began)
+    (offset, agree), = Counter(b - j for j, b in matched).most_common(1)
+    assert agree >= max(3, len(long) // 2), (long, matched)
+    for j, (_, end) in enumerate(waits):  # no batch reaches the loop before its worker sent it
+        if j + offset in sends:
+            assert fetches[j + offset] < sends[j + offset] <= end + 1000, (j, end)
+
+
+def test_timing_can_be_turned_off(tmp_path: Path) -> None:
+    loader = _loader(SlowDecode(), "fork")
+    prof = _train(tmp_path, [loader], steps=60,
+                  stall=StallConfig(min_duration_s=0.5, min_steps=12, time_workers=False))
+    stall = _stall(prof)
+    assert "loader_workers" not in stall.details and "Inside the loader" not in stall.message
+    with pytest.raises(ValueError, match=r"StallConfig\(time_workers='yes'\).*time_workers=False"):
+        StallConfig(time_workers="yes")  # type: ignore[arg-type]
+
+
+def test_a_loader_whose_timing_cannot_be_set_up_runs_as_without_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Frozen(DataLoader[Any]):  # refuses new attributes after construction
+        def __setattr__(self, name: str, value: object) -> None:
+            if name in ("worker_init_fn", "collate_fn") and hasattr(self, "_frozen"):
+                raise AttributeError(f"{name} is read-only")
+            super().__setattr__(name, value)
+
+    loader = Frozen(Cheap(40), num_workers=2, batch_size=4, multiprocessing_context="fork")
+    loader._frozen = True
+    with caplog.at_level(logging.WARNING, logger="profcallbacks"):
+        prof = StepProfiler(tmp_path, **{**QUIET, "stall": STALL})
+        with prof:
+            got = [int(b[0, 0]) for b in prof.wrap(loader) if not prof.step()]
+    assert got == list(range(0, 40, 4))
+    warned = [r.getMessage() for r in caplog.records if "worker timing is off" in r.getMessage()]
+    assert len(warned) == 1 and "read-only" in warned[0]
+

@@ -24,7 +24,7 @@ def test_memory_numbers_reach_the_sinks_at_summaries_at_most_once_per_interval(
                                metrics_sinks=[lambda values, step: seen.append((step, values))])
     session.open()
     for step in range(20):
-        now[0] = step * 0.11  # a summary every 0.55 s
+        now[0] = (step + 1) * 0.11  # a summary every 0.55 s (the first step takes time too)
         session.step_end()
     session.close()
     assert [step for step, values in seen if "profcallbacks/process_rss_mb" in values] == sampled_at

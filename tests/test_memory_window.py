@@ -18,6 +18,7 @@ from memory_scenario import keep_location, leaky_step, release
 from profcallbacks import MemoryConfig, ProfilerConfig, ProfilingSession, RankInfo, StepProfiler
 from profcallbacks.detect.memory import MemoryCreepDetector
 from profcallbacks.findings import MEMORY_CREEP, MEMORY_SITES
+from profcallbacks.run import memory_monitor
 
 LEAK_MB = 0.25  # 256 KB per step
 RSS_KEY = "profcallbacks/process_rss_mb"
@@ -76,6 +77,34 @@ def test_warm_up_jumps_and_a_cache_growing_in_steps_are_silent_at_any_step_time(
         return 400 + 128 * (at >= 0.3) + 128 * (at >= 0.5)
 
     assert judge(sample_cadence(tmp_path, step_s, steps), series) == []
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_rate_is_exact_whatever_the_pace(tmp_path, monkeypatch, seed):
+    """A loaded machine's pace wanders (1-6x, in stretches), so blocks hold varying numbers of
+    steps: memory read at a block's end is the memory of its last step, never dated to an
+    earlier summary's step (that bent the rate by up to 20% here, and a real leaky loop on a busy
+    machine reported 318 MB per 1,000 steps for 250)."""
+    done = [0]
+    monkeypatch.setattr(memory_monitor, "read_rss_mb", lambda: 500 + LEAK_MB * done[0])
+    now = [0.0]
+    step_s, _, every, memory = REAL_LOOPS["0.5 ms"]
+    config = ProfilerConfig(**{**QUIET, "memory": memory}, log_every_n_steps=every)
+    session = ProfilingSession(config, tmp_path, rank=RankInfo(), clock=lambda: now[0])
+    session.open()
+    pace = random.Random(seed)
+    for step in range(4000):
+        if step % 150 == 0:
+            step_s = REAL_LOOPS["0.5 ms"][0] * pace.choice([1, 1.5, 3, 6])
+        now[0] += step_s
+        done[0] += 1
+        session.step_end()
+        if any(f.kind == MEMORY_CREEP for f in session.findings):
+            break
+    session.close()
+    creep = [f for f in session.findings if f.kind == MEMORY_CREEP]
+    assert len(creep) == 1
+    assert creep[0].details["growth_mb_per_1k_steps"] == pytest.approx(250, rel=0.01)
 
 
 def test_the_window_reaches_back_to_min_samples_without_a_clock():

@@ -9,7 +9,11 @@ from profcallbacks import SlowdownConfig
 
 
 class SlowingDataset:
-    """1 ms per sample for the first ``slow_after`` samples loaded (in any order), then 15 ms."""
+    """1 ms per sample for the first ``slow_after`` samples loaded (in any order), then 40 ms.
+
+    40 ms, not 15: beside busy neighbours every sleep of the step stretches, and a change of
+    2.3x measured 1.56-1.78x (3 of 3 front ends under scripts/stress.sh); 4.5x stays above the
+    1.8x checked whatever the machine adds to each sleep."""
 
     def __init__(self, slow_after: int) -> None:
         self.slow_after = slow_after
@@ -22,13 +26,13 @@ class SlowingDataset:
         import torch
 
         self.loaded += 1
-        time.sleep(0.015 if self.loaded > self.slow_after else 0.001)
+        time.sleep(0.040 if self.loaded > self.slow_after else 0.001)
         return {"x": torch.randn(4)}
 
 
 @pytest.mark.parametrize("front_end", ["plain", "lightning", "hf"])
 def test_same_slowdown_alert_and_capture_through_every_front_end(tmp_path, front_end):
-    """The contract scenario (20 ms steps) gets ~2.3x slower at step 50 through its loader."""
+    """The contract scenario (20 ms steps) gets ~4.5x slower at step 50 through its loader."""
     from front_ends import FRONT_ENDS
     from profcallbacks import Schedule
 

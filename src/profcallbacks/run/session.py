@@ -290,7 +290,7 @@ class ProfilingSession(StepBuffer):
             # launcher's SIGKILL (torchrun, Slurm), and the rows are what the report reads
             summary = self._times.flush()
             if summary is not None and self._out.publishing:
-                self._publish(summary, self._clock())
+                self._publish(summary, summary.last_step, self._clock())
             self._out.write_pending()
             self._participants.close(failed=failed)
             if self._audit is not None and self.step > self._start_step:
@@ -346,7 +346,7 @@ class ProfilingSession(StepBuffer):
         for a, b, part_excluded, compile_s in (watch.segments(first, n, excluded) if watch
                                                else ((0, n, excluded, 0.0),)):
             found += self._hand_over(first + a, times[a:b], waits[a:b], part_excluded,
-                                     after_pause and a == 0, ends[a:], now, compile_s)
+                                     after_pause and a == 0, first + n - 1, now, compile_s)
         if watch is not None and (watch.pending or watch.poll):
             found += watch.drain()
         found.sort(key=_finding_step)  # stable: per step in participant order, as step by step
@@ -355,17 +355,18 @@ class ProfilingSession(StepBuffer):
         self._emit_taken_findings()
 
     def _hand_over(self, first: int, times: list[float], waits: list[float], excluded: bool,
-                   after_pause: bool, ends: list[float], now: float,
+                   after_pause: bool, last: int, now: float,
                    compile_s: float = 0.0) -> list[Finding]:
         """Consecutive steps from ``first`` to the summaries and the participants; their findings.
 
-        ``ends[k]`` is when the ``k``-th of them ended (``ends[0]``: when the first began).
+        ``last`` is the block's last step, ended at ``now``: memory read now is the memory of
+        that step, whichever summary carries it (a summary ending earlier in the block would
+        date it too early by a varying number of steps, and bend the growth rate).
         """
-        n = len(times)
-        for summary in self._times.add_block(first, times, waits, excluded, compile_s):
-            if self._out.publishing:  # at the clock time its last step ended
-                k = summary.last_step - first + 1
-                self._publish(summary, ends[k] if 0 < k <= n else now)
+        summaries = self._times.add_block(first, times, waits, excluded, compile_s)
+        if self._out.publishing:
+            for i, summary in enumerate(summaries, 1):  # memory with the latest of them
+                self._publish(summary, last, now, sample=i == len(summaries))
         return self._participants.observe_block(first, times, waits, excluded, after_pause)
 
     def _begin_block(self, now: float, *, after_pause: bool) -> None:
@@ -390,9 +391,11 @@ class ProfilingSession(StepBuffer):
         if finding.capture is not None:  # the participant asks for a capture with this finding
             self._request(finding.capture)
 
-    def _publish(self, summary: IntervalSummary, now: float) -> None:
-        """Hand ``summary`` to the sinks with a memory sample (if due), then its findings."""
-        memory, findings = self._participants.summary_sample(summary.last_step, now)
+    def _publish(self, summary: IntervalSummary, step: int, now: float, *,
+                 sample: bool = True) -> None:
+        """Hand ``summary`` to the sinks with a memory sample (if ``sample`` and due: read now,
+        at ``now``, after step ``step``), then its findings."""
+        memory, findings = self._participants.summary_sample(step, now) if sample else ({}, [])
         extra = self._participants.scalars(self.step)  # and the device step time (CUDA)
         self._out.publish(summary, extra | (self._device.scalars() if self._device else {}), memory)
         for finding in findings:

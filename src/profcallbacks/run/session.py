@@ -359,10 +359,8 @@ class ProfilingSession(StepBuffer):
                    compile_s: float = 0.0) -> list[Finding]:
         """Consecutive steps from ``first`` to the summaries and the participants; their findings.
 
-        ``last`` is the block's last step, ended at ``now``: memory read now is the memory of
-        that step, whichever summary carries it (a summary ending earlier in the block would
-        date it too early by a varying number of steps, and bend the growth rate).
-        """
+        ``last``: the block's last step, ended at ``now``: memory read now is that step's, in
+        whichever summary carries it (dated earlier, it would bend the growth rate)."""
         summaries = self._times.add_block(first, times, waits, excluded, compile_s)
         if self._out.publishing:
             for i, summary in enumerate(summaries, 1):  # memory with the latest of them
@@ -391,8 +389,7 @@ class ProfilingSession(StepBuffer):
         if finding.capture is not None:  # the participant asks for a capture with this finding
             self._request(finding.capture)
 
-    def _publish(self, summary: IntervalSummary, step: int, now: float, *,
-                 sample: bool = True) -> None:
+    def _publish(self, summary: IntervalSummary, step: int, now: float, *, sample: bool = True) -> None:
         """Hand ``summary`` to the sinks with a memory sample (if ``sample`` and due: read now,
         at ``now``, after step ``step``), then its findings."""
         memory, findings = self._participants.summary_sample(step, now) if sample else ({}, [])

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.layout import summary_file_name
+
 TEMPLATE = (Path(__file__).resolve().parent.parent / "tests" / "data" / "gloo-traces"
             / "gloo4_rank0.pt.trace.json.gz")
 RANKS_PER_HOST = 8
@@ -179,7 +181,7 @@ def main() -> int:
             wall_s, rss_s, done = run_child(["summarize", str(logdir), "--processes",
                                              str(args.processes)])
             assert done.returncode == 0, done.stderr.decode()[-2000:]
-            summary_kib = sum(f.with_name(f.name + ".summary.json").stat().st_size
+            summary_kib = sum(f.with_name(summary_file_name(f.name)).stat().st_size
                               for f in files) / 1024
             wall_r, rss_r, fast = run_child(["report", str(logdir), "--format", "json"])
             wall_rt, rss_rt, fast_text = run_child(["report", str(logdir)])

@@ -70,7 +70,7 @@ def _run(tmp_path: Path, sig: str, disposition: str, when: str) -> tuple[int, st
 def _captures(tmp_path: Path) -> dict[str, list[int]]:
     out = {}
     for d in sorted((tmp_path / "run").glob("step*")):
-        (trace,) = [p for p in d.iterdir() if p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+        (trace,) = d.glob("*.pt.trace.json*")
         out[d.name] = profiler_steps(load_trace(trace)) if trace.suffix == ".gz" else []
     return out
 

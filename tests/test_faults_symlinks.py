@@ -14,7 +14,7 @@ import pytest
 from helpers import captured_steps, load_trace, profiler_steps, tiny_model, train_step
 from profcallbacks import Schedule, StepProfiler
 from profcallbacks.core import safefs
-from profcallbacks.layout import STAGING_DIR, findings_file, run_lock_file, steps_file
+from profcallbacks.layout import STAGING_DIR, findings_file, run_lock_file, steps_file, summary_file_name
 
 HOST = socket.gethostname().split(".")[0]
 
@@ -142,7 +142,7 @@ def test_a_planted_capture_directory_symlink_never_receives_the_trace(tmp_path, 
     _train(logdir)
     assert _contents(victim) == before
     trace, summary = sorted((logdir / "step000002-schedule-2").iterdir())  # and its summary
-    assert summary.name == trace.name + ".summary.json"
+    assert summary.name == summary_file_name(trace.name)
     assert stat.S_ISREG(os.lstat(trace).st_mode) and stat.S_ISREG(os.lstat(summary).st_mode)
     assert profiler_steps(load_trace(trace)) == [2, 3]
 

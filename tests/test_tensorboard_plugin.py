@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import capture_dirs, captured_steps
+from profcallbacks.layout import SUMMARY_SUFFIX, summary_file_name
 from tb_server import tensorboard
 
 pytestmark = pytest.mark.slow
@@ -58,13 +59,17 @@ def test_capture_dirs_appear_whole(tmp_path):
             if d.name not in first_seen:
                 first_seen[d.name] = sorted(p.name for p in d.iterdir())
                 for path in d.iterdir():  # complete at first sight: the gzip stream ends, JSON parses
+                    if path.name.endswith(SUMMARY_SUFFIX):
+                        assert json.loads(path.read_text())["trace"]
+                        continue
                     with gzip.open(path, "rt") as f:
                         assert "traceEvents" in json.load(f)
         time.sleep(0.002)
     assert job.returncode == 0, job.stderr.read() if job.stderr else ""
     assert len(first_seen) == 4, first_seen  # the baseline, two scheduled captures, one manual
-    for name, files in first_seen.items():
-        assert len(files) == 1 and files[0].endswith(".pt.trace.json.gz"), (name, files)
+    for name, files in first_seen.items():  # the trace and its summary, published together
+        [trace] = [f for f in files if f.endswith(".pt.trace.json.gz")]
+        assert files == sorted([trace, summary_file_name(trace)]), (name, files)
     assert not (logdir / ".profcallbacks-staging").exists()  # removed once empty
 
 

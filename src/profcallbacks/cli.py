@@ -38,11 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the device's dense peak (TFLOP/s) for MFU, for a device the "
                              "built-in table lacks")
     report.add_argument("--no-summaries", action="store_true",
-                        help="parse every trace, even where its summary (<trace>.summary.json) "
+                        help="parse every trace, even where its summary (<trace>.summary) "
                              "still matches it")
     summarize = sub.add_parser(
         "summarize", help="write a summary next to each trace of a directory",
-        description="Write <trace>.summary.json next to each trace of DIR (traces the training "
+        description="Write <trace>.summary next to each trace of DIR (traces the training "
                     "job did not summarise itself), so `report`, `compare` and `watch` read "
                     "kilobytes instead of the traces. Under torchrun or srun each rank takes "
                     "every WORLD_SIZE-th file and rank 0 prints the totals.")

@@ -6,7 +6,7 @@ report``) share this one module, so the two cannot drift apart::
     <logdir>/
       step000120-schedule/                      capture_dir_name(120, "schedule")
         rank0_myhost.120.pt.trace.json.gz       trace_file_name("rank0_myhost", 120)
-        rank0_myhost.120.pt.trace.json.gz.summary.json  summary_file_name(...): its summary
+        rank0_myhost.120.pt.trace_json.gz.summary  summary_file_name(...): its summary
         all-ranks.120.trace.json.gz             merged_file_name(120): every rank, aligned
       step000300-manual-partial/                capture_dir_name(300, "manual", partial=True)
       profcallbacks/                            META_DIR
@@ -49,8 +49,8 @@ TRACE_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(\.gz)?$")
 """The TensorBoard plugin's own pattern: worker, optional span number, optional gzip."""
 MERGED_FILE = re.compile(r"^all-ranks\.(\d+)\.trace\.json\.gz$")
 """The merged trace of all ranks: no ``.pt.trace.json``, so the plugin never takes it for a worker."""
-SUMMARY_SUFFIX = ".summary.json"
-"""``<trace file>.summary.json``: a trace's summary; the plugin's pattern never matches it."""
+SUMMARY_SUFFIX = ".summary"
+"""What ends a trace's summary file (:func:`summary_file_name`)."""
 RANK_FILE = re.compile(r"^rank(\d+)\.(findings|steps)\.jsonl$")
 
 
@@ -83,8 +83,15 @@ def trace_file_name(worker: str, first_step: int) -> str:
 
 
 def summary_file_name(trace_name: str) -> str:
-    """``<trace file name>.summary.json``: the summary written next to a trace."""
-    return trace_name + SUMMARY_SUFFIX
+    """The summary written next to the trace ``trace_name``, named so that nothing that reads
+    traces takes it for one: HTA reads every ``.json`` and ``.gz`` file of a directory,
+    TensorBoard's plugin every ``*.pt.trace.json[.gz]``, and users glob ``*.pt.trace.json*``.
+
+    Example:
+        >>> summary_file_name("rank0_myhost.120.pt.trace.json.gz"), summary_file_name("t.json")
+        ('rank0_myhost.120.pt.trace_json.gz.summary', 't.json.summary')
+    """
+    return trace_name.replace(".pt.trace.json", ".pt.trace_json") + SUMMARY_SUFFIX
 
 
 def merged_file_name(first_step: int) -> str:

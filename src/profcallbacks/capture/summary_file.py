@@ -1,6 +1,6 @@
 """The summary file next to a trace: a few kilobytes that let a report skip the trace.
 
-``<trace>.summary.json`` holds what the report reads of one trace (steps, breakdown, verdict,
+``<trace>.summary`` holds what the report reads of one trace (steps, breakdown, verdict,
 diagnoses with their gains, collective arrival and wait times, device, throughput), written by
 the export helper from the analysis it runs anyway, or by ``profcallbacks summarize``. It is tied
 to its trace by the trace's size, modification time and a cheap hash (BLAKE2b of the size and the

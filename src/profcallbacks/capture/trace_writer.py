@@ -128,7 +128,7 @@ RAW_DIR_PREFIX = ".raw-"
 RAW_FILE = "trace.json"
 MAX_RAW_BYTES = 1 << 40
 _STAGED_FILE = re.compile(
-    r"^.*(\.pt\.trace\.json(\.gz)?(\.ready|\.summary\.json)?|\.writing|\.raw\.json)$")
+    r"^.*(\.pt\.trace\.json(\.gz)?(\.ready)?|\.pt\.trace_json(\.gz)?\.summary|\.writing|\.raw\.json)$")
 """Files a capture's stage may hold: trace files (``.ready`` once complete), their summaries and
 half-written ones."""
 

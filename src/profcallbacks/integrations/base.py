@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from profcallbacks.findings import CAPTURE_VERDICT, Finding
-from profcallbacks.layout import MERGED_FILE, TRACE_FILE
+from profcallbacks.layout import MERGED_FILE, SUMMARY_SUFFIX, TRACE_FILE
 
 FINDINGS_KEY = "profcallbacks/findings"
 """Name of the findings table (W&B) or artifact stem (MLflow), and prefix of the count scalars."""
@@ -115,14 +115,15 @@ def capture_verdict(finding: Finding) -> CaptureVerdict | None:
 
 
 def _trace_files(directory: Path) -> tuple[Path, ...]:
-    """The trace files of a published capture directory (no links, nothing but regular files)."""
+    """The trace files of a published capture directory and their summaries (no links, nothing
+    but regular files)."""
     try:
         names = sorted(os.listdir(directory))
     except OSError:
         return ()
     out = []
     for name in names:
-        if TRACE_FILE.match(name) or MERGED_FILE.match(name):
+        if TRACE_FILE.match(name) or MERGED_FILE.match(name) or name.endswith(SUMMARY_SUFFIX):
             try:
                 if stat.S_ISREG(os.lstat(directory / name).st_mode):
                     out.append(directory / name)

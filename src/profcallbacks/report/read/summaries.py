@@ -1,4 +1,4 @@
-"""Reads a trace's summary (``<trace>.summary.json``) back into the report's ``TraceSummary``.
+"""Reads a trace's summary (``<trace>.summary``) back into the report's ``TraceSummary``.
 
 A report opens a full trace only when its summary is missing or stale (``capture/summary_file.py``
 ties the two by size, modification time and hash); ``SummaryUse`` counts which way each file was

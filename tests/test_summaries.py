@@ -15,7 +15,7 @@ import pytest
 
 import helpers
 from profcallbacks.capture.summary_file import MAX_SUMMARY_BYTES, load_summary, tie_of
-from profcallbacks.layout import TRACE_FILE, summary_file_name
+from profcallbacks.layout import MERGED_FILE, TRACE_FILE, summary_file_name
 from profcallbacks.report import build_report, locate_run
 
 SCRIPT = Path(__file__).parent / "dist_scripts" / "merged_trace_dist.py"
@@ -62,6 +62,18 @@ def report_as_cli(root: Path, *extra: str, user: int | None = None) -> subproces
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HOME": "/tmp"})
+
+
+def test_no_reader_of_traces_takes_a_summary_for_a_trace(logdir):
+    """HTA reads every ``.json`` and ``.gz`` file of a directory as a rank's trace, TensorBoard's
+    plugin every name its pattern matches, and scripts glob ``*.pt.trace.json*``."""
+    [capture] = helpers.capture_dirs(logdir)
+    names = os.listdir(capture)
+    assert sum(name.endswith(".summary") for name in names) == RANKS
+    hta = [n for n in names if n.endswith((".json", ".gz"))]
+    assert all(TRACE_FILE.match(n) or MERGED_FILE.match(n) for n in hta), hta
+    assert sorted(p.name for p in capture.glob("*.pt.trace.json*")) == sorted(
+        n for n in names if TRACE_FILE.match(n))
 
 
 def test_each_rank_writes_a_small_summary_tied_to_its_trace(logdir):

@@ -51,6 +51,10 @@ def main() -> None:
               "captures": [p.name for p in callback.captures],
               "findings": [f.to_dict() for f in callback.findings]}
     (root / f"result.rank{trainer.global_rank}.json").write_text(json.dumps(result))
+    # as torch documents: a process that exits with its gloo group alive may abort in the
+    # interpreter's finalisation (gloo threads still holding tensors; pytorch/pytorch#190489)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the views need numpy at run time only (torch's .numpy())
+    import numpy as np
 
 RING = 512
 """Batches each worker's ring holds: the main process reads them before they are overwritten
@@ -107,6 +109,6 @@ class WorkerRing:
         head = self.heads[worker]
         seq = int(head[SAMPLE_SEQ])
         head[SAMPLE_SEQ] = seq + 1
-        self.samples[worker, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        self.samples[worker, :len(raw)] = bytearray(raw)
         head[SAMPLE_LEN] = len(raw)
         head[SAMPLE_SEQ] = seq + 2

@@ -58,7 +58,7 @@ def _loader(dataset: Any, ctx: str, **kwargs: Any) -> DataLoader[Any]:
 
 @pytest.mark.parametrize("ctx", CONTEXTS)
 def test_slow_getitem_names_fetch_and_its_line(tmp_path: Path, ctx: str) -> None:
-    loader = _loader(SlowDecode(kib=150), ctx)
+    loader = _loader(SlowDecode(kib=300), ctx)
     prof = _train(tmp_path, [loader], steps=70, step_s=0.005)
     stall = _stall(prof)
     workers = stall.details["loader_workers"]

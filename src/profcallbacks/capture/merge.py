@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.capture.trace_writer import GZIP_LEVEL, _decode, _encode
+from profcallbacks.capture.trace_writer import GZIP_LEVEL
 from profcallbacks.capture.trimming import FILL
+from profcallbacks.core.json_codec import dumps_compact, loads
 from profcallbacks.core.safefs import create_exclusive, fresh_name, read_regular, remove_own
 from profcallbacks.core.trace_names import GLOO_PREFIX, KERNEL, NCCL_KERNEL_PREFIX
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
@@ -107,14 +108,14 @@ def _write(ranks: list[_Rank], out: Path, meta: dict[str, Any], steps: list[int]
         fd = create_exclusive(writing)  # no link followed, nothing overwritten
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
                                                        compresslevel=GZIP_LEVEL) as gz:
-            head = _encode({"profcallbacks_merge": meta, "displayTimeUnit": "ms",
+            head = dumps_compact({"profcallbacks_merge": meta, "displayTimeUnit": "ms",
                             "baseTimeNanoseconds": int(base_us * 1000)})
             gz.write(head[:-1] + b',"traceEvents":[')
             first = True
             for r in ranks:
                 for chunk in _rank_events(r, base_us, _step_window(r, steps), min_dur):
                     if chunk:
-                        gz.write((b"" if first else b",") + b",".join(map(_encode, chunk)))
+                        gz.write((b"" if first else b",") + b",".join(map(dumps_compact, chunk)))
                         first = False
             gz.write(b"]}")
         if out.is_symlink():
@@ -291,4 +292,4 @@ def _kept(event: dict[str, Any], ts_abs: float,
 
 def _load(path: Path) -> Any:
     data = read_regular(path, max_bytes=MAX_INPUT_BYTES)  # a regular file: never through a link
-    return _decode(gzip.decompress(data) if path.suffix == ".gz" else data)
+    return loads(gzip.decompress(data) if path.suffix == ".gz" else data)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profcallbacks.core.json_codec import loads as loads_json
 from profcallbacks.core.safefs import create_exclusive, fresh_name, open_dir, read_regular, write_all
 from profcallbacks.layout import summary_file_name
 
@@ -42,24 +43,6 @@ SUMMARY_KEY = "summary"
 """A live analysis's profile of a capture (``history[-1]``, ``CaptureHook``) may carry the
 capture's summary record under this key: the writer writes it next to the trace."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-try:  # optional (profcallbacks[report]): 3x faster on thousands of summaries
-    import orjson
-
-    _ORJSON: Any = orjson
-except ImportError:  # pragma: no cover - exercised where orjson is absent
-    _ORJSON = None
-
-
-def _loads(data: bytes) -> Any:
-    """``data`` parsed; the standard library where orjson refuses it (NaN)."""
-    if _ORJSON is not None:
-        try:
-            return _ORJSON.loads(data)
-        except _ORJSON.JSONDecodeError:
-            pass
-    return json.loads(data)
-
 
 def trace_tie(fd: int) -> dict[str, Any]:
     """The tie of the open trace ``fd`` to its summary: size, mtime (ns) and BLAKE2b hex."""
@@ -151,7 +134,7 @@ def load_summary(trace: Path) -> LoadedSummary:
     except OSError as exc:
         return LoadedSummary(STALE, why=f"summary unreadable ({exc.strerror or exc})")
     try:
-        record = _loads(data)
+        record = loads_json(data)
         tie = record["trace"]
         if record.get("format") != SUMMARY_FORMAT or record.get("version") != SUMMARY_VERSION:
             return LoadedSummary(STALE, why=f"summary version {record.get('version')!r}, "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import logging
 import os
 import re
@@ -36,6 +35,8 @@ from profcallbacks.capture.summary_file import SUMMARY_KEY, trace_tie, write_sum
 from profcallbacks.core.capture_info import CaptureInfo
 from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.faults import describe_error
+from profcallbacks.core.json_codec import dumps_compact
+from profcallbacks.core.json_codec import loads as loads_json
 from profcallbacks.core.safefs import (
     UnsafeEntryError,
     create_exclusive,
@@ -84,35 +85,6 @@ def in_directory(finding: Finding, name: str, final: Path) -> Finding:
 GZIP_LEVEL = 1
 """Traces are gzipped fast: level 1 takes 0.13 s for a 60 MB trace where level 6 takes 0.32 s,
 for a file ~20% larger."""
-
-try:  # optional (profcallbacks[report]): parses a trace 1.5x, writes it 8x faster than json
-    import orjson
-
-    _ORJSON: Any = orjson
-except ImportError:  # pragma: no cover - exercised where orjson is absent
-    _ORJSON = None
-
-
-def _decode(data: bytes) -> Any:
-    """The raw trace, parsed; the standard library where orjson refuses it (NaN, Infinity)."""
-    if _ORJSON is not None:
-        try:
-            return _ORJSON.loads(data)
-        except _ORJSON.JSONDecodeError:
-            pass
-    return json.loads(data)
-
-
-def _encode(trace: Any) -> bytes:
-    """The trace as compact JSON; the standard library where orjson refuses it (an integer
-    beyond 64 bits, a non-string key)."""
-    if _ORJSON is not None:
-        try:
-            return bytes(_ORJSON.dumps(trace))
-        except _ORJSON.JSONEncodeError:
-            pass
-    return json.dumps(trace, separators=(",", ":")).encode()
-
 
 def _collector_paused() -> contextlib.AbstractContextManager[None]:
     """The cyclic collector paused while a trace is parsed and rewritten (millions of objects,
@@ -267,11 +239,11 @@ class CaptureWriter:
 
     def _export(self, raw: Path, info: CaptureInfo) -> None:
         with _collector_paused():  # raw traces are read only as regular files of ours
-            trace = postprocess(stitch([_decode(read_regular(path, max_bytes=MAX_RAW_BYTES))
+            trace = postprocess(stitch([loads_json(read_regular(path, max_bytes=MAX_RAW_BYTES))
                                         for path in [*map(Path, info.pieces), raw]]), info)
             base_ns = int(trace.get("baseTimeNanoseconds", 0))
             trace["traceEvents"] = trace.pop("traceEvents")  # last: the track goes after them
-            encoded = _encode(trace)
+            encoded = dumps_compact(trace)
             del trace
             found = self._analyse(encoded, info)
             encoded = append_events(encoded, capture_track(info, base_ns, found))

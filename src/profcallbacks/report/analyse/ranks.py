@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -33,6 +34,8 @@ OUTLIER_MADS = 5.0
 """... and its lateness lies this many median absolute deviations above the ranks' median."""
 SHOWN_RANKS = 16
 """Ranks named per cluster or host; the rest are counted."""
+POSITION_BITS = 20
+"""A collective call's key: its step shifted by this many bits, plus its position in the step."""
 DETAIL_UP_TO = 64
 """Captures of this many ranks keep every rank's per-step rows in the report; larger ones keep
 them only for the ranks that stand out (``detail_ranks``)."""
@@ -44,7 +47,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+def parts(metrics: dict[str, Any]) -> dict[str, float]:
     """Step time, data wait, compute and communication (ms per step) of one rank's metrics."""
     step = float(metrics.get("step_ms") or 0.0)
     gpu = metrics.get("gpu")
@@ -58,9 +61,32 @@ def _parts(metrics: dict[str, Any]) -> dict[str, float]:
             "compute_ms": compute, "comm_ms": comm}
 
 
+def _row_parts(row: dict[str, Any]) -> dict[str, float] | None:
+    """A row's parts (``summarize.rank_row``), or those of its ``metrics``."""
+    if "parts" in row:
+        return row["parts"]
+    return parts(row["metrics"]) if row.get("metrics") else None
+
+
+def call_waits(calls: Any) -> tuple[array[int], array[float]]:
+    """Collective calls (``[step, arrival ms, wait ms]`` each) as two arrays: each call's key
+    (step and position in it, ``step << POSITION_BITS | position``) and its wait (ms)."""
+    if isinstance(calls, tuple):
+        return calls
+    keys: array[int] = array("q")
+    waits: array[float] = array("d")
+    position: Counter[int] = Counter()
+    for step, _arrival, wait in calls:
+        step = int(step)
+        keys.append(step << POSITION_BITS | position[step])
+        waits.append(float(wait))
+        position[step] += 1
+    return keys, waits
+
+
 def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per part: ``{"median", "p99", "worst", "worst_rank"}`` over the ranks (ms per step)."""
-    per_rank = [(row.get("rank"), _parts(row["metrics"])) for row in rows if row.get("metrics")]
+    per_rank = [(row.get("rank"), p) for row in rows if (p := _row_parts(row))]
     out: dict[str, dict[str, Any]] = {}
     if not per_rank:
         return out
@@ -74,32 +100,40 @@ def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def lateness(rows: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
     """Per rank: (ms per captured step the median rank waits for it in collectives, share of
-    matched collectives it arrived last in)."""
-    calls: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-    steps: dict[int, set[int]] = defaultdict(set)
+    matched collectives it arrived last in).
+
+    One collective call at a time across the ranks (each rank's calls are in key order), so
+    what it holds beyond the rows is one call's waits.
+    """
+    ranks, keys, waits = [], [], []
     for row in rows:
         rank = row.get("rank")
-        if not isinstance(rank, int):
-            continue
-        position: Counter[int] = Counter()
-        for step, _arrival, wait in row.get("collectives") or []:
-            step = int(step)
-            calls[(step, position[step])][rank] = float(wait)
-            position[step] += 1
-            steps[rank].add(step)
+        if isinstance(rank, int):
+            k, w = call_waits(row.get("collectives") or [])
+            ranks.append(rank)
+            keys.append(k)
+            waits.append(w)
     late: dict[int, float] = defaultdict(float)
     last: Counter[int] = Counter()
     matched: Counter[int] = Counter()
     quorum = max(2, len(rows) // 2)
-    for waits in calls.values():
-        if len(waits) < quorum:
+    cursor = [0] * len(ranks)
+    for key in sorted(set().union(*keys)):
+        found: dict[int, float] = {}
+        for i, rank in enumerate(ranks):
+            j = cursor[i]
+            if j < len(keys[i]) and keys[i][j] == key:
+                found[rank] = waits[i][j]
+                cursor[i] = j + 1
+        if len(found) < quorum:
             continue
-        median = statistics.median(waits.values())
-        for rank, wait in waits.items():
+        median = statistics.median(found.values())
+        for rank, wait in found.items():
             late[rank] += max(median - wait, 0.0)
             matched[rank] += 1
-        last[min(waits, key=lambda r: waits[r])] += 1
-    return {rank: (late[rank] / max(len(steps[rank]), 1), last[rank] / matched[rank])
+        last[min(found, key=lambda r: found[r])] += 1
+    steps = {rank: len({k >> POSITION_BITS for k in ks}) for rank, ks in zip(ranks, keys, strict=True)}
+    return {rank: (late[rank] / max(steps[rank], 1), last[rank] / matched[rank])
             for rank in matched}
 
 

@@ -1,4 +1,4 @@
-"""Eight real DLRM ranks on V100s (tests/data/dlrm-traces, PARAM's test data): the report names the
+"""Eight real DLRM ranks on V100s (tests/data/dlrm-ranks, PARAM's test data): the report names the
 three ranks the others wait for in the collectives, as an expert reads them from the raw events."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from profcallbacks.report import build_report, locate_run
 from profcallbacks.report.render.text import render_text
 from profcallbacks.report.summarize import summarize_files
 
-TRACES = Path(__file__).resolve().parent / "data" / "dlrm-traces"
+TRACES = Path(__file__).resolve().parent / "data" / "dlrm-ranks"
 
 
 def arrivals() -> dict[int, list[float]]:

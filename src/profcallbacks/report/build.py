@@ -10,7 +10,6 @@ from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
 from profcallbacks.report.analyse.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analyse.captures import (
     UNHEALTHY_TRIGGERS,
-    capture_analysis,
     public_metrics,
     rank_verdicts,
     run_verdict,
@@ -19,6 +18,7 @@ from profcallbacks.report.analyse.compile import compile_diagnoses, compile_repo
 from profcallbacks.report.analyse.coverage import slower_than_captured
 from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.analyse.memory import memory_report
+from profcallbacks.report.analyse.metrics_fold import CaptureFold
 from profcallbacks.report.analyse.ranks import DETAIL_UP_TO, detail_ranks, job_view
 from profcallbacks.report.analyse.stats import clean_intervals, step_stats
 from profcallbacks.report.analyse.trace_fold import RunTraces, StepSums
@@ -87,14 +87,15 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                       key=lambda f: (_int(f["step"]), _int(f["rank"])))  # as Finding.to_dict()
     traces = RunTraces()  # every trace folded in as read: thousands of ranks, running totals
     captures: list[dict[str, Any]] = []
-    file_analyses: list[list[dict[str, Any]]] = []  # per capture: its files' analyses, pooled below
+    file_folds: list[tuple[CaptureFold, list[dict[str, Any]]]] = []  # per capture: pooled, votes
     file_rows: list[list[dict[str, Any]]] = []  # per capture: its ranks' rows (job_view)
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
         files: list[dict[str, Any]] = []
         rank_rows: list[dict[str, Any]] = []
-        analyses: list[dict[str, Any]] = []
+        fold = CaptureFold()  # its files' analyses pooled as read: the verdict is made below
+        votes: list[dict[str, Any]] = []  # each rank's own verdict
         run_number = split.capture_run.get(capture.directory.name, split.runs)
         healthy, earlier = capture.trigger not in UNHEALTHY_TRIGGERS, run_number != split.runs
         steps_of = StepSums()
@@ -122,7 +123,9 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                 problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
                              if not (summary.bad_events and p.startswith("skipped"))]  # said above
                 if analysis and not not_understood:  # no verdict from operators it cannot see
-                    analyses.append(pooled_part(analysis, summary.rank))
+                    part = pooled_part(analysis, summary.rank)
+                    fold.add(part)  # a rank's kind, share and close call do not need the run's
+                    votes += rank_verdicts([part], sync_sites)  # context (it words the advice)
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
@@ -143,16 +146,16 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged
                          else None})
-        file_analyses.append(analyses)
+        file_folds.append((fold, votes))
         file_rows.append(rank_rows)
     context = run_context(traces.formats(), findings, traces.names, max(1, traces.world_size))
     previous: str | None = None
-    for c, analyses, rows in zip(captures, file_analyses, file_rows, strict=True):
-        pooled = capture_analysis(analyses, sync_sites, context=context, previous=previous)
+    for c, (fold, votes), rows in zip(captures, file_folds, file_rows, strict=True):
+        pooled = fold.result(sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
         c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
-        c["rank_verdicts"] = rank_verdicts(analyses, sync_sites, context=context)
+        c["rank_verdicts"] = votes
         c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         c["job"] = job_view(rows, c["rank_verdicts"])
         c["verdict"] = with_stragglers(c["verdict"], c["job"])

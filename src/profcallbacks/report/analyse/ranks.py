@@ -41,6 +41,9 @@ NEAR_WORST = 0.5
 the deviations to tell them."""
 SET_APART = 0.75
 """The other ranks' lateness is at most this share of the least late of those near the latest."""
+SET_APART_FROM = 4
+"""Ranks matched in collectives for ``NEAR_WORST`` to apply: with fewer, "the others" is one or two
+ranks (two unrelated traces in one directory are not a job)."""
 SHOWN_RANKS = 16
 """Ranks named per cluster or host; the rest are counted."""
 POSITION_BITS = 20
@@ -77,20 +80,26 @@ def _row_parts(row: dict[str, Any]) -> dict[str, float] | None:
     return parts(row["metrics"]) if row.get("metrics") else None
 
 
+_SHARED_KEYS: dict[bytes, array[int]] = {}
+"""Sequences of call keys seen lately, each held once (read only)."""
+
+
 def call_waits(calls: Any) -> tuple[array[int], array[float]]:
     """Collective calls (``[step, arrival ms, wait ms]`` each) as two arrays: each call's key
     (step and position in it, ``step << POSITION_BITS | position``) and its wait (ms)."""
     if isinstance(calls, tuple):
         return calls
-    keys: array[int] = array("q")
-    waits: array[float] = array("d")
     position: Counter[int] = Counter()
-    for step, _arrival, wait in calls:
+    order = []
+    for step, _arrival, _wait in calls:
         step = int(step)
-        keys.append(step << POSITION_BITS | position[step])
-        waits.append(float(wait))
+        order.append(step << POSITION_BITS | position[step])
         position[step] += 1
-    return keys, waits
+    keys = array("q", order)
+    if len(_SHARED_KEYS) >= 16:  # the ranks of a job mostly share one sequence of calls
+        _SHARED_KEYS.clear()
+    return (_SHARED_KEYS.setdefault(keys.tobytes(), keys),
+            array("d", [float(wait) for _step, _arrival, wait in calls]))
 
 
 def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -158,7 +167,7 @@ def stragglers(rows: list[dict[str, Any]], step_ms: float) -> list[dict[str, Any
     outlier = median + OUTLIER_MADS * mad
     near = [v for v in values if v >= NEAR_WORST * max(values)]
     rest = [v for v in values if v < NEAR_WORST * max(values)]
-    if rest and max(rest) <= SET_APART * min(near):
+    if len(values) >= SET_APART_FROM and rest and max(rest) <= SET_APART * min(near):
         outlier = min(outlier, min(near))
     floor = max(MIN_STEP_SHARE * step_ms, outlier)
     hosts = {row.get("rank"): row.get("host") for row in rows}

@@ -54,6 +54,10 @@ def test_the_report_names_ranks_7_2_6_as_the_stragglers(report):
     assert "stragglers (the others wait for them): rank 7" in text
     assert "rank 0 on" not in text.split("stragglers")[1].split("\n")[0]
     assert job["distributions"]["step_ms"]["worst_rank"] == 1  # the rank that waits for them
+    # ranks 0, 1 and 3 read as communication-bound: they are the ones waiting for the three
+    differ = report["captures"][0]["ranks_differ"]
+    assert differ.startswith("rank 0 communication_bound") and "rank 3 communication_bound" in differ
+    assert differ.endswith("wait in the collectives for the straggler ranks 7, 2, 6, which arrive late")
 
 
 def test_the_summaries_name_the_same_stragglers(report, tmp_path):

@@ -22,7 +22,7 @@ from profcallbacks.report.analyse.metrics_fold import CaptureFold
 from profcallbacks.report.analyse.ranks import DETAIL_UP_TO, detail_ranks, job_view
 from profcallbacks.report.analyse.stats import clean_intervals, step_stats
 from profcallbacks.report.analyse.trace_fold import RunTraces, StepSums
-from profcallbacks.report.analyse.verdict import with_stragglers
+from profcallbacks.report.analyse.verdict import WAITING_KINDS, with_stragglers
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
 from profcallbacks.report.read.files import as_int as _int
@@ -156,8 +156,9 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
         c["rank_verdicts"] = votes
-        c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
         c["job"] = job_view(rows, c["rank_verdicts"])
+        c["ranks_differ"] = ranks_differ(c["rank_verdicts"], [s["rank"] for s in (
+            c["job"] or {}).get("stragglers", [])])
         c["verdict"] = with_stragglers(c["verdict"], c["job"])
         _keep_detail(c, rows, use_summaries=summaries)
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
@@ -291,11 +292,14 @@ def _same_advice(advice: str | None, shown: str) -> bool:
     return bool(advice and shown) and str(advice).rstrip(". ").split(";")[0].strip() in shown
 
 
-def ranks_differ(verdicts: list[dict[str, Any]]) -> str | None:
+def ranks_differ(verdicts: list[dict[str, Any]],
+                 waiting_for: list[int] | None = None) -> str | None:
     """Which rank got another verdict than the others in one capture, and why; ``None`` if none.
 
     Ranks whose kinds differ only by a close call (one's kind is the other's ``close_to``) do the
-    same work within the verdict's margin: the sentence says so.
+    same work within the verdict's margin: the sentence says so. Ranks bound by waiting
+    (``WAITING_KINDS``) in a capture with stragglers (``waiting_for``, not among them) wait for
+    those: the sentence names them.
     """
     kinds = [v["kind"] for v in verdicts]
     if len(set(kinds)) <= 1:
@@ -307,6 +311,11 @@ def ranks_differ(verdicts: list[dict[str, Any]]) -> str | None:
     ranks = ", ".join(f"rank {v['rank']} {v['kind']} ({v['share']:.0%})" for v in odd)
     if close:
         return f"{ranks} against {usual} on the others: a close call within the margin, same work"
+    if waiting_for and all(v["kind"] in WAITING_KINDS for v in odd) and not (
+            {v["rank"] for v in odd} & set(waiting_for)):
+        late = ", ".join(map(str, waiting_for[:8])) + (" ..." if len(waiting_for) > 8 else "")
+        return (f"{ranks} against {usual} on the others: they wait in the collectives for the "
+                f"straggler rank{'s' if len(waiting_for) > 1 else ''} {late}, which arrive late")
     return (f"{ranks} against {usual} on the others: that rank spends its step differently "
             "(see its numbers in the capture's files)")
 

@@ -32,6 +32,7 @@ from typing import Any
 from profcallbacks.detect.worker_attach import FirstPass, LoaderHooks
 from profcallbacks.detect.worker_breakdown import BatchTimes, WaitTimes, WorkersBreakdown, summarise
 from profcallbacks.detect.worker_hooks import TimedCollate, WorkerInit
+from profcallbacks.detect.worker_pin import time_pinning
 from profcallbacks.detect.worker_ring import (
     FAILED,
     IDX,
@@ -95,6 +96,8 @@ class LoaderWorkers:
         self._waited, self._period_from, self._pass_workers = 0.0, 0.0, 0
         self.waits: dict[tuple[int, int, int], tuple[float, float, int]] = {}
         self._wait_keys: deque[tuple[int, int, int]] = deque()
+        self.pins: dict[tuple[int, int, int], tuple[float, float]] = {}  # the pin thread's
+        self._pin_keys: deque[tuple[int, int, int]] = deque()
         self._last_drain = 0
         self._hooks = LoaderHooks(self)
 
@@ -164,6 +167,11 @@ class LoaderWorkers:
         finally:
             if fresh:
                 loader.worker_init_fn, loader.collate_fn = user_init, user_collate
+        if fresh:
+            try:
+                time_pinning(iterator, self._pinned)
+            except Exception as exc:  # the loader goes on, its pinning counted as transfer
+                log.warning("profcallbacks: cannot time the DataLoader's pin-memory thread (%s).", exc)
         if fresh and loader.persistent_workers:
             self._persistent[loader] = current
         self.again(current)
@@ -237,6 +245,18 @@ class LoaderWorkers:
         control[TIMING] = 1.0 if self._wanted else 0.0
         control[SAMPLING] = 1.0 if self._sampler and any(self._wanted.values()) else 0.0
 
+    def _pinned(self, idx: int, start: float, end: float) -> None:
+        """The pin thread pinned the current pass's batch ``idx`` from ``start`` to ``end``
+        (called on that thread: only it writes ``pins``)."""
+        current = self._pass
+        if current is None or not self._wanted:
+            return
+        key = (current.number, current.served - 1, idx)
+        self.pins[key] = (start, end)
+        self._pin_keys.append(key)
+        if len(self._pin_keys) > KEPT:
+            self.pins.pop(self._pin_keys.popleft(), None)
+
     def drain(self) -> None:
         """Read the rows the current pass's workers committed since the last time."""
         current = self._pass
@@ -281,7 +301,7 @@ class LoaderWorkers:
         self.drain()
         current = self._pass
         workers = num_workers or (current.ring.workers if current is not None else 0)
-        return summarise(list(self.batches), self.waits, workers=workers,
+        return summarise(list(self.batches), self.waits, workers=workers, pins=dict(self.pins),
                          hot=self.hot_lines(), startup=self.startup_s())
 
     def spans(self, start: float, end: float) -> list[BatchTimes | WaitTimes]:

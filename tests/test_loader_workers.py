@@ -234,16 +234,36 @@ def test_a_loader_whose_timing_cannot_be_set_up_runs_as_without_it(
 
 
 
-def test_watch_shows_the_per_worker_table_of_an_input_bound_run(
+def test_watch_and_the_report_show_the_per_worker_table_of_an_input_bound_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _train(tmp_path, [_loader(SlowDecode(kib=150), "fork")], steps=60, step_s=0.005)
+    prof = _train(tmp_path / "run", [_loader(SlowDecode(kib=150), "fork")], steps=60, step_s=0.005)
+    rows = _stall(prof).details["loader_workers"]["workers"]["rows"]
+    line = f"loader_cases.py:{marked_line('decode')}"
     capsys.readouterr()
-    assert main(["watch", str(tmp_path), "--once"]) == 0
+    assert main(["watch", str(tmp_path / "run"), "--once"]) == 0
     out = capsys.readouterr().out
     assert "Loader workers (largest part: fetch" in out, out
-    assert f"loader_cases.py:{marked_line('decode')}" in out
+    assert line in out
     table = out[out.index("Loader workers"):]
     assert all(f"│ {w} │" in table or f"  {w} " in table for w in (0, 1))
+    # the report, as text: the recorded finding's rows, worker by worker, and the hot line
+    assert main(["report", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out
+    section = text[text.index("\nLoader workers\n"):]
+    assert "largest part: fetch" in section.splitlines()[2], section
+    for row in rows:
+        cells = next(r.split() for r in section.splitlines()[5:7] if r.split()[0] == str(row["worker"]))
+        assert cells[1] == str(row["batches"]) and cells[2] == f"{row['fetch_ms']:.1f}", section
+    assert f"hot line: tests/{line} SlowDecode.__getitem__ (fetch)" in section, section
+    # and as HTML: the same table
+    assert main(["report", str(tmp_path / "run"), "--format", "html", "-o",
+                 str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    block = html[html.index("<table id=loader-workers>"):]
+    block = block[:block.index("</table>")]
+    assert block.count("<tr>") == 3 and "<th>fetch ms</th>" in block
+    assert all(f"<td class=num>{row['fetch_ms']:.1f}</td>" in block for row in rows), block
+    assert line in html[html.index("<h2>Loader workers</h2>"):]
 
 
 def test_watch_skips_a_hostile_worker_table() -> None:

@@ -129,6 +129,22 @@ def test_a_healthy_loader_gets_no_stall_and_no_worker_timing(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_capture_window_times_a_healthy_loader_without_sampling_it(tmp_path: Path) -> None:
+    """A window records the workers' tracks (timing on), but the stack sampler runs only while
+    a stall opens or is open: none here (only a loop waiting 90% of its time would open one, so a
+    loaded machine's delays do not), so no worker ever published a sample."""
+    never = StallConfig(share_threshold=0.9, clear_share=0.9, min_duration_s=0.5, min_steps=12)
+    prof = _train(tmp_path, [_loader(Cheap(), "fork", prefetch_factor=8)], steps=30,
+                  step_s=0.02, capture_at=10, max_captures=1, stall=never)
+    assert not [f for f in prof.findings if "loader_workers" in f.details]
+    [capture] = capture_dirs(tmp_path)
+    [path] = trace_files(capture)
+    tracks = [e for e in load_trace(path)["traceEvents"]
+              if e.get("cat") == "profcallbacks_loader_worker" and e.get("ph") == "X"]
+    assert {e["args"]["phase"] for e in tracks} >= {"fetch", "send"}, tracks
+    assert prof.session.loader_workers.hot_lines() == []
+
+
 def test_timing_runs_only_while_the_loop_waits() -> None:
     """Off while the loop does not wait (a healthy loader), on over a period of waiting for a
     share of its time at least ``share_on``, off again after a period under it."""

@@ -3,9 +3,11 @@
 :meth:`LoaderWorkers.iterate` starts a pass over a loader with workers so that each worker times
 its batches (:mod:`~profcallbacks.detect.worker_hooks`) into the pass's
 :class:`~profcallbacks.detect.worker_ring.WorkerRing`; :meth:`LoaderWorkers.fetched` notes how
-long the training loop waited for each batch. Timing and sampling run only while something asks
-for them (:meth:`want`: the loop waiting for batches ``share_on`` of its time or more, an open
-stall, a recording capture window); the workers' start-up is always noted (once per worker).
+long the training loop waited for each batch. Timing runs only while something asks for it
+(:meth:`want`: the loop waiting for batches ``share_on`` of its time or more, an open stall, a
+recording capture window), the stack sampler only while a stall opens or is open (not for a
+capture window alone); the workers' start-up is always noted (once per worker). Loaders a Trainer
+iterates itself are timed through :meth:`attach` (:mod:`~profcallbacks.detect.worker_attach`).
 :meth:`breakdown` sums the recent batches up per worker
 (:class:`~profcallbacks.detect.worker_breakdown.WorkersBreakdown`), :meth:`spans` gives their
 fetch/collate/send spans for a capture's trace.

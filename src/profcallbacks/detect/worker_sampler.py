@@ -1,7 +1,8 @@
 """Where inside a loader worker the time goes: a low-rate sampler of the worker's main thread.
 
-While the main process asks for it (``control[SAMPLING]``: a stall is open or a capture window
-records), each worker samples its own main thread every :data:`INTERVAL_S` of the CPU time it
+While the main process asks for it (``control[SAMPLING]``: a stall is open, or the loop waits
+for data at least the stall's ``share_threshold`` of its time; not in capture windows otherwise),
+each worker samples its own main thread every :data:`INTERVAL_S` of the CPU time it
 uses (``SIGPROF`` from ``setitimer(ITIMER_PROF)``: the handler runs on that thread between two
 bytecodes, so there is no second thread to take the GIL, and a worker waiting for its next index
 uses no CPU and is never sampled). Each sample counts the user's line the thread is in: the
@@ -29,9 +30,9 @@ from typing import Any, Protocol
 from profcallbacks.detect.frames import CallerFrames, display_path
 from profcallbacks.detect.worker_ring import SAMPLING, WorkerRing
 
-INTERVAL_S = 0.005
+INTERVAL_S = 0.01
 """Seconds of the worker's CPU time between two samples while sampling."""
-PUBLISH_S = 0.1
+PUBLISH_S = 0.25
 """Seconds between two publications of the counts (and at the 1st, 2nd, 4th... sample)."""
 TOP_LINES = 20
 """Lines published per worker."""

@@ -194,3 +194,22 @@ def test_the_tf32_gain_scales_fp32_gemm_time_by_the_devices_peak_ratio():
         pytest.approx(125.0 / 15.7), "V100 SXM2 dense fp32 15.7 -> fp16 125 TFLOP/s (datasheet peaks)")
     assert dtype_ratio("Unknown GPU", "fp32", "tf32") is None
     assert dtype_ratio("NVIDIA A100", "fp32", "fp8") is None  # the A100 row has no fp8 peak
+
+
+def test_kernels_of_overlapping_streams_count_once():
+    # AlexNet on an A100: some kernels of its streams run at the same time; the share of the GPU's
+    # time its FP32 GEMMs take is over the GPU's busy time (the union), not the kernels' summed
+    # durations (0.2452 before, the overlap counted twice)
+    from profcallbacks.report.analyse.diagnoses.registry import diagnose
+    from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
+    from profcallbacks.report.read.traces import read_trace_file
+
+    cap = read_trace_file(Path(__file__).parent / "data" / "gpu-traces" /
+                          "alexnet_critical_path.pt.trace.json.gz").capture
+    steady = [k for k in cap.kernels if k.cat == "kernel"
+              and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts)]
+    assert gpu_time(steady) < sum(k.dur for k in steady)  # the streams overlap
+    [d] = [d for d in diagnose(cap)[0] if d.kind == "fp32_compute"]
+    share = d.details["fp32_ms"] * cap.n_steps * 1e3 / gpu_time(steady)
+    assert d.details["gpu_share"] == pytest.approx(share, abs=2e-4)
+    assert d.details["gpu_share"] > 0.2460

@@ -33,6 +33,7 @@ import re
 from functools import lru_cache
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Kernel, ms, short
+from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
 from profcallbacks.report.model.flops import dtype_ratio
 
 GEMM_LIKE = re.compile(r"gemm|conv|scudnn|fprop|dgrad|wgrad|xmma|cutlass|fft2d|_engine<|wgmma|"
@@ -116,7 +117,9 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
     slow = [c for c in ("matmul", "conv") if by_class[c].get("fp32") and len(by_class[c]) == 1]
     if not slow:
         return None
-    cost = sum(by_class[c]["fp32"] for c in slow)
+    # kernels of several streams that overlap count once (the GPU busy union)
+    cost = gpu_time(k for k in cap.kernels if gemm_class(k) in slow and precision(k.name) == "fp32"
+                    and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
     target = "tf32" if device.major >= 8 else "fp16"
     ratio = dtype_ratio(device.name, "fp32", target)
     if ratio is not None:
@@ -131,8 +134,8 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
         basis = (f"~{cost / 1e3 / cap.n_steps:.2f} ms: FP32 GEMMs' whole time per step (no "
                  f"{target} peak for {device.name or 'this GPU'} in the table: an upper bound)")
     gain, share = cap.per_step(saved)
-    busy = sum(k.dur for k in cap.kernels if k.cat == "kernel"
-               and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
+    busy = gpu_time(k for k in cap.kernels if k.cat == "kernel"
+                    and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
     label = {"matmul": "matmuls", "conv": "convolutions"}
     evidence = [f"{label[c]}: FP32 kernels without tensor cores {ms(by_class[c]['fp32'])} "
                 f"per capture" for c in slow]

@@ -164,7 +164,7 @@ class _Walk:
         self.busy_starts = [s for s, _ in self.busy]
         self.waits = blocking_calls(cap)
         self.wait_ends = [c.end for c in self.waits]
-        self.data = merge((o.ts, o.end) for o in cap.ops if o.name.startswith(LOADER_PREFIXES))
+        self.data = merge((o.ts, o.end) for o in cap.ops.named(lambda n: n.startswith(LOADER_PREFIXES)))
 
     def run(self, start: float, end: float) -> list[tuple[float, float, str]]:
         """``(from, to, part)`` segments covering ``[start, end]``, walked back from ``end``."""

@@ -96,7 +96,7 @@ class OpTable:
         self.end = array("d")
         self.name = array("i")  # index into names
         self.tid = array("i")  # index into tids
-        self.parent = array("i")  # index into chains
+        self.parent = array("i")  # index into chains; filled by :meth:`unnested` until nested
         self.names: list[str] = []
         self.tids: list[Any] = []
         self.chains: list[tuple[str, ...]] = [()]
@@ -110,6 +110,7 @@ class OpTable:
         chain_ids: dict[tuple[str, ...], int] = {(): 0}
         for op in ops:
             table.append(op.ts, op.end, op.name, op.tid)
+            table.parent.append(0)
             chain = chain_ids.get(op.parents)
             if chain is None:
                 chain = chain_ids[op.parents] = len(table.chains)
@@ -117,8 +118,13 @@ class OpTable:
             table.parent[-1] = chain
         return table
 
+    def unnested(self) -> None:
+        """Gives every row the empty chain of parents, where rows were appended without."""
+        self.parent = array("i", bytes(4 * len(self.ts)))
+
     def append(self, ts: float, end: float, name: str, tid: Any) -> None:
-        """Adds a row, its parents not known yet (the empty chain)."""
+        """Adds a row without its parents (the ``parent`` column is filled after the last row:
+        :meth:`unnested`, then the nesting)."""
         ids = self._name_ids
         n = ids.get(name)
         if n is None:
@@ -138,7 +144,6 @@ class OpTable:
         self.end.append(end)
         self.name.append(n)
         self.tid.append(t)
-        self.parent.append(0)
 
     def __len__(self) -> int:
         return len(self.ts)

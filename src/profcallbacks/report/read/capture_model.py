@@ -84,6 +84,10 @@ class CaptureBuilder:
         ops, runtime, frames, kernels = self.ops, self.runtime, self.frames, self.kernels
         launch_of, corr_of, steps, cats = self.launch_of, self.corr_of, self.steps, self.cats
         flops, shaped, thread_keys = self.flops, self.shaped, self.thread_keys
+        put_ts, put_end, put_name, put_tid = ops.ts.append, ops.end.append, ops.name.append, ops.tid.append
+        name_ids = ops._name_ids
+        last_tid: Any = None  # the thread of the last operator, and its id in ops
+        last_id = -1
         for event in events:
             try:
                 if event.ph != "X":
@@ -109,7 +113,15 @@ class CaptureBuilder:
                 if name.startswith(_STEP):
                     steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
                     continue
-                ops.append(ts, end, name, tid)
+                n = name_ids.get(name)
+                if n is None or tid is not last_tid:  # a new name or thread: the table's way
+                    ops.append(ts, end, name, tid)
+                    last_tid, last_id = tid, ops.tid[-1]
+                else:
+                    put_ts(ts)
+                    put_end(end)
+                    put_name(n)
+                    put_tid(last_id)
                 if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
                     flops.append((ts, float(args.flops)))
                 elif args is not None and name in COUNTED:
@@ -180,6 +192,7 @@ def _nest(ops: OpTable, runtime: list[Op]) -> None:
     first, then in the order read (stable sorts; no sort and no list of rows where a thread's
     operators were read in start order, as in most traces)."""
     threads: dict[Any, tuple[Sequence[int], list[Op]]] = {}
+    ops.unnested()
     ts, tid_col = ops.ts, ops.tid
     if len(ops.tids) == 1:
         threads[ops.tids[0]] = (range(len(ts)), [])

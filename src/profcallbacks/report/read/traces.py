@@ -303,6 +303,7 @@ class Summariser:
         self.threads = {}
         data_merged = merge(data)
         compute_merged = compute.minus(data_merged)
+        del compute
         gpu_merged = merge(self.gpu) if self.gpu else None
         compiled_merged = merge(self.compiled) if self.compiled else None
         step_events = self.step_events
@@ -333,7 +334,8 @@ class Summariser:
 def _self_times(threads: dict[Any, _Thread], names: list[str],
                 ops: dict[str, list[float]]) -> tuple[Spans, list[Interval]]:
     """Fills ``ops`` with self/total times (us); returns the union of outermost operators and
-    the dataloader intervals.
+    the dataloader intervals. Each thread's start column is overwritten with self times (the
+    columns are let go afterwards).
 
     Each thread's operators are visited by start, the longest first among equal starts (two
     stable sorts of their indices, none where they were read in that order: no record per
@@ -347,30 +349,32 @@ def _self_times(threads: dict[Any, _Thread], names: list[str],
         else:
             order = sorted(range(len(starts)), key=durs.__getitem__, reverse=True)
             order.sort(key=starts.__getitem__)
-        stack: list[tuple[float, int]] = []  # (end, position in order) of open ancestors
-        child = array("d", bytes(8 * len(order)))
+        stack: list[list[Any]] = []  # [end, row, children's time] of open ancestors
         outer = Spans()
         runs.append(outer)
-        for at, i in enumerate(order):
+        for i in order:  # each operator's self time replaces its start once it is closed
             ts = starts[i]
-            end = ts + durs[i]
+            dur = durs[i]
             while stack and stack[-1][0] <= ts:
-                stack.pop()
+                _, j, inner = stack.pop()
+                starts[j] = durs[j] - inner
             if stack:
-                child[stack[-1][1]] += durs[i]
+                stack[-1][2] += dur
             elif names[name_ids[i]].startswith(LOADER_PREFIXES):
-                data.append((ts, end))
+                data.append((ts, ts + dur))
             else:
-                outer.add(ts, end)
-            stack.append((end, at))
-        for at, i in enumerate(order):
+                outer.add(ts, ts + dur)
+            stack.append([ts + dur, i, 0.0])
+        for _, j, inner in stack:
+            starts[j] = durs[j] - inner
+        for i in order:
             name, dur = names[name_ids[i]], durs[i]
             row = ops.get(name)
             if row is None:
-                ops[name] = [1, dur - child[at], dur]
+                ops[name] = [1, starts[i], dur]
             else:
                 row[0] += 1
-                row[1] += dur - child[at]
+                row[1] += starts[i]
                 row[2] += dur
     return (runs[0] if len(runs) == 1 else Spans.union(runs)), data
 

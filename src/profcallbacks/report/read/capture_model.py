@@ -88,6 +88,9 @@ class CaptureBuilder:
         name_ids = ops._name_ids
         last_tid: Any = None  # the thread of the last operator, and its id in ops
         last_id = -1
+        last_pid: Any = MISSING  # the pid and tid of the last event, and their thread key
+        last_raw: Any = MISSING
+        last_key: Any = None
         for event in events:
             try:
                 if event.ph != "X":
@@ -104,16 +107,21 @@ class CaptureBuilder:
             name = name if type(name) is str else str(name)
             end = ts + dur
             args = event.args if isinstance(event.args, Args) else None
-            tid = (event.pid, event.tid)
-            try:
-                tid = thread_keys.setdefault(tid, tid)
-            except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
-                pass
+            pid, raw_tid = event.pid, event.tid
+            if type(pid) is int and type(raw_tid) is int and pid == last_pid and raw_tid == last_raw:
+                tid = last_key  # the same thread as the last event: no key made
+            else:
+                tid = (pid, raw_tid)
+                try:
+                    tid = thread_keys.setdefault(tid, tid)
+                except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
+                    pass
+                last_pid, last_raw, last_key = pid, raw_tid, tid
             if cat in _HOST_CATS:
-                if name.startswith(_STEP):
+                n = name_ids.get(name)  # a name in the table is no step's
+                if n is None and name.startswith(_STEP):
                     steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
                     continue
-                n = name_ids.get(name)
                 if n is None or tid is not last_tid:  # a new name or thread: the table's way
                     ops.append(ts, end, name, tid)
                     last_tid, last_id = tid, ops.tid[-1]

@@ -219,6 +219,7 @@ class Summariser:
         self.threads: dict[tuple[Any, Any], _Thread] = {}
         self.names: list[str] = []  # the CPU operators' names, by id
         self.name_ids: dict[str, int] = {}
+        self.compiled_ids: set[int] = set()  # names of torch.compile's regions
         self.gpu: list[Interval] = []
         self.compiled: list[Interval] = []
         self.step_events: list[tuple[float, float, str, bool]] = []
@@ -230,7 +231,10 @@ class Summariser:
         """Takes what the summary reads from normalised ``events`` (decode.Event, or anything a
         hostile trace holds); malformed ones are counted."""
         threads, gpu, compiled, gpu_ops = self.threads, self.gpu, self.compiled, self.gpu_ops
-        step_events, name_ids = self.step_events, self.name_ids
+        step_events, name_ids, compiled_ids = self.step_events, self.name_ids, self.compiled_ids
+        last_pid: Any = MISSING  # the thread of the last operator: its key is not made again
+        last_tid: Any = MISSING
+        last_thread: Any = None
         for event in events:
             try:
                 if event.ph != "X":
@@ -255,16 +259,23 @@ class Summariser:
                 name = "" if name is MISSING else str(name)
             if cat == CPU_OP:
                 pid, tid = event.pid, event.tid
-                key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
-                if name.startswith(COMPILED_PREFIXES):
-                    compiled.append((ts, ts + dur))
-                thread = threads.get(key)
-                if thread is None:
-                    thread = threads[key] = (array("d"), array("d"), array("i"))
+                if type(pid) is int and type(tid) is int and pid == last_pid and tid == last_tid:
+                    thread = last_thread  # the same thread as the last operator: no key made
+                else:
+                    key = ((pid, tid) if type(pid) is int and type(tid) is int
+                           else (_key(pid), _key(tid)))
+                    thread = threads.get(key)
+                    if thread is None:
+                        thread = threads[key] = (array("d"), array("d"), array("i"))
+                    last_pid, last_tid, last_thread = pid, tid, thread
                 n = name_ids.get(name)
                 if n is None:
                     n = name_ids[name] = len(self.names)
                     self.names.append(name)
+                    if name.startswith(COMPILED_PREFIXES):
+                        compiled_ids.add(n)
+                if n in compiled_ids:
+                    compiled.append((ts, ts + dur))
                 thread[0].append(ts)
                 thread[1].append(dur)
                 thread[2].append(n)

@@ -178,8 +178,11 @@ class _Walk:
         # long the host then takes to move the data on (pageable memory), as HTA's edge has it
         self.own_copy = {k.launch_ts: k for k in kernels
                          if k.cat == GPU_MEMCPY and k.launch_ts is not None}
-        self.data = merge((o.ts, o.end) for o in cap.ops if o.name.startswith(LOADER_PREFIXES))
-        self.ops = merge((o.ts, o.end) for o in cap.ops if not o.name.startswith(LOADER_PREFIXES))
+        ops = cap.ops
+        self.data = merge((ops.ts[i], ops.end[i])
+                          for i in ops.rows_named(lambda n: n.startswith(LOADER_PREFIXES)))
+        self.ops = merge((ops.ts[i], ops.end[i])
+                         for i in ops.rows_named(lambda n: not n.startswith(LOADER_PREFIXES)))
 
     def run(self, start: float, end: float) -> list[Segment]:
         """Segments covering ``[start, end]``, walked back from ``end``."""

@@ -13,7 +13,8 @@ Trigger: more than one intra-op thread, on average at least ``RUNNABLE`` threads
 Gain (what one thread saves), from the trace's operators: an operator split over ``n`` threads
 ends when the last of them does, so a thread waiting for a core holds up the others (they spin at
 the barrier, which is CPU time too: the counters cannot say what was arithmetic). The fastest
-instance of each operator is the one no thread waited in: its arithmetic split ``n`` ways. One
+instance of each operator (the same call in each step: its name and its place among the
+step's operators of that name) is the one no thread waited in: its arithmetic split ``n`` ways. One
 thread does it in ``n`` times that and waits for nobody; the time between operators (Python) is
 kept as it is. The step after the fix is that sum (``details["step_after_ms"]``, the profiler's
 own slowing of a contended step left out); the gain is the step less it, nothing when one thread
@@ -25,6 +26,7 @@ single-threaded step on a loaded machine (it waits, but only one thread wants a 
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op
@@ -51,11 +53,12 @@ def oversubscribed(cap: Capture) -> Diagnosis | None:
     top = _top_ops(cap)
     if step <= 0 or not top:
         return None
-    fastest: dict[str, float] = {}
-    for o in top:
-        fastest[o.name] = min(fastest.get(o.name, o.end - o.ts), o.end - o.ts)
+    keys = _positions(cap, top)
+    fastest: dict[tuple[str, int], float] = {}
+    for key, o in zip(keys, top, strict=True):
+        fastest[key] = min(fastest.get(key, o.end - o.ts), o.end - o.ts)
     ops_ms = sum(o.end - o.ts for o in top) / 1e3 / cap.n_steps
-    alone_ms = sum(threads * fastest[o.name] for o in top) / 1e3 / cap.n_steps
+    alone_ms = sum(threads * fastest[key] for key in keys) / 1e3 / cap.n_steps
     after = max(step - ops_ms, 0.0) + alone_ms
     gain = max(step - after, 0.0)
     share = gain / step
@@ -88,7 +91,22 @@ def oversubscribed(cap: Capture) -> Diagnosis | None:
 def _top_ops(cap: Capture) -> list[Op]:
     """The steady part's operators that no other operator encloses."""
     steady = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")]
-    return [o for o in steady if not any(p.startswith("aten::") for p in o.parents)]
+    return sorted((o for o in steady if not any(p.startswith("aten::") for p in o.parents)),
+                  key=lambda o: o.ts)
+
+
+def _positions(cap: Capture, top: list[Op]) -> list[tuple[str, int]]:
+    """Each operator's name and its place among the operators of that name in its step: the same
+    call in every step (a model's large and small matmuls are both ``aten::mm``)."""
+    starts = [s for s, _, _ in cap.steps]
+    seen: dict[tuple[int, str], int] = {}
+    keys = []
+    for o in top:
+        step = bisect.bisect_right(starts, o.ts) - 1
+        n = seen.get((step, o.name), 0)
+        seen[(step, o.name)] = n + 1
+        keys.append((o.name, n))
+    return keys
 
 
 def _number(value: Any) -> float | None:

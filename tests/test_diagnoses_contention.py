@@ -26,6 +26,7 @@ from profcallbacks.core.cpu_load import CpuLoad, read_cpu
 from profcallbacks.report import build_report, locate_run
 from profcallbacks.report.analyse.diagnoses.contention import oversubscribed
 from profcallbacks.report.analyse.diagnoses.registry import diagnose
+from profcallbacks.report.model.capture import Op
 from profcallbacks.report.read.traces import read_trace_file
 
 DATA = Path(__file__).parent / "data" / "cpu-load"
@@ -112,3 +113,22 @@ def test_a_capture_carries_the_load_of_its_steps(tmp_path):
     trace = json.loads(gzip.decompress(next(tmp_path.rglob("*.pt.trace.json.gz")).read_bytes()))
     cpu = trace["profcallbacks"]["cpu"]
     assert len(cpu["steps"]) == 3 and all(row[0] >= 2.0 for row in cpu["steps"])
+
+
+def test_each_operator_is_compared_with_the_same_call_in_other_steps():
+    # a model of a large and small matmuls: make the first aten::mm of each step ten times
+    # longer (a larger matrix); one thread then takes twice *its* fastest instance, not twice the
+    # fastest small matmul's (which a name alone would pick: the step after unchanged)
+    cap = _capture(BUSY)
+    starts = [s for s, _, _ in cap.steps]
+    ops, first = [], set()
+    for o in sorted(cap.ops, key=lambda o: o.ts):
+        step = max(i for i, s in enumerate(starts) if s <= o.ts) if o.ts >= starts[0] else -1
+        if o.name == "aten::mm" and step not in first:
+            first.add(step)
+            o = Op(o.ts, o.ts + 10 * (o.end - o.ts), o.name, o.tid, o.parents)
+        ops.append(o)
+    before = oversubscribed(cap)
+    after = oversubscribed(replace(cap, ops=ops))
+    assert before is not None and after is not None
+    assert after.details["step_after_ms"] > before.details["step_after_ms"] + 1.0

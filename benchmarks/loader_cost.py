@@ -6,8 +6,10 @@ pass, the loop doing nothing but fetch (the loader is the bottleneck):
 
 - ``bare A`` and ``bare B``: plain ``iter(loader)``; their ratio is the control and must read 1.00;
 - ``timed``: through :class:`~profcallbacks.detect.loader_workers.LoaderWorkers` with timing and
-  the 5 ms stack sampler on for the whole run (as during a stall or a capture window), each
-  fetch noted as ``StepProfiler.wrap`` notes it.
+  the stack sampler on (as during a stall), each fetch noted as ``StepProfiler.wrap`` notes it;
+- ``hooked off``: the same loader and worker processes with timing and sampler off (as outside a
+  stall): the ratio of its passes' CPU to ``timed``'s is free of the difference between two sets
+  of worker processes, which the bare-against-bare control shows.
 
 Each round runs one pass of each in a shuffled order (the machine's load drifts: interleaving
 spreads it over all three). Two measures, each with its control (bare B against bare A, which
@@ -17,7 +19,8 @@ must read 1.00):
   a shared machine its spread is wide: the quartiles are printed);
 - CPU: the workers' CPU seconds (``/proc/PID/stat``) over all passes: what a loader whose
   workers are the bottleneck loses of its throughput, since each batch costs that much more CPU.
-  Less sensitive to other processes' load than wall time.
+  Less sensitive to other processes' load than wall time. Also per round (each pass's own CPU
+  seconds, the median of the rounds' ratios, with its quartiles and control): robust to drift.
 
 Cost = timed/bare A - 1.
 
@@ -86,13 +89,17 @@ def timed_pass(loader: DataLoader[Any], workers: LoaderWorkers) -> float:
 
 
 def worker_cpu_s(loader: DataLoader[Any]) -> float:
-    """CPU seconds the loader's (persistent) workers have used so far."""
+    """CPU seconds the loader's (persistent) workers have used so far, every thread of them
+    (``/proc/PID/task/*/schedstat``: nanoseconds, where ``/proc/PID/stat`` counts 10 ms ticks)."""
     total = 0
     for worker in loader._iterator._workers:  # type: ignore[union-attr]
-        with open(f"/proc/{worker.pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+        for task in os.listdir(f"/proc/{worker.pid}/task"):
+            try:
+                with open(f"/proc/{worker.pid}/task/{task}/schedstat", encoding="ascii") as f:
+                    total += int(f.read().split()[0])
+            except OSError:  # a thread that ended meanwhile
+                continue
+    return total / 1e9
 
 
 def main() -> None:
@@ -113,21 +120,31 @@ def main() -> None:
 
     bare_a, bare_b, timed = make(), make(), make()
     workers = LoaderWorkers(lambda: 0, sampler=not args.no_sampler)
-    workers.want("benchmark", True)  # timing and the sampler on for the whole run
+
+    def hooked(on: bool) -> float:
+        workers.want("benchmark", on)  # timing and the sampler on (as in a stall), or off
+        return timed_pass(timed, workers)
+
     runs = {"bare A": lambda: bare_pass(bare_a), "bare B": lambda: bare_pass(bare_b),
-            "timed": lambda: timed_pass(timed, workers)}
+            "timed": lambda: hooked(True), "hooked off": lambda: hooked(False)}
     for run in runs.values():  # start the workers, warm up
         run()
-    loaders = {"bare A": bare_a, "bare B": bare_b, "timed": timed}
-    cpu_before = {name: worker_cpu_s(loader) for name, loader in loaders.items()}
+    loaders = {"bare A": bare_a, "bare B": bare_b, "timed": timed, "hooked off": timed}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    cpu_pass: dict[str, list[float]] = {name: [] for name in runs}
     rng = random.Random(0)
     for _ in range(args.rounds):
         order = list(runs)
         rng.shuffle(order)
         for name in order:
+            before = worker_cpu_s(loaders[name])
             seconds[name].append(runs[name]())
-    cpu = {name: worker_cpu_s(loader) - cpu_before[name] for name, loader in loaders.items()}
+            cpu_pass[name].append(worker_cpu_s(loaders[name]) - before)
+    cpu = {name: sum(cpu_pass[name]) for name in runs}
+    same = sorted(t / o for o, t in zip(cpu_pass["hooked off"], cpu_pass["timed"], strict=True))
+    paired = sorted(t / a for a, t in zip(cpu_pass["bare A"], cpu_pass["timed"], strict=True) if a)
+    paired_control = statistics.median(
+        b / a for a, b in zip(cpu_pass["bare A"], cpu_pass["bare B"], strict=True) if a)
     control = statistics.median(b / a for a, b in zip(seconds["bare A"], seconds["bare B"],
                                                       strict=True))
     ratio = statistics.median(t / a for a, t in zip(seconds["bare A"], seconds["timed"],
@@ -146,6 +163,13 @@ def main() -> None:
         "cpu_timed_over_bare": round(cpu["timed"] / cpu["bare A"], 4),
         "cpu_cost": f"{cpu['timed'] / cpu['bare A'] - 1:+.2%}",
         "cpu_cost_vs_both_bare": f"{2 * cpu['timed'] / (cpu['bare A'] + cpu['bare B']) - 1:+.2%}",
+        "cpu_same_workers_on_over_off": f"{statistics.median(same) - 1:+.2%}",
+        "cpu_same_workers_quartiles": [round(same[len(same) // 4], 4),
+                                       round(same[3 * len(same) // 4], 4)],
+        "cpu_per_round_control": round(paired_control, 4),
+        "cpu_per_round_cost": f"{statistics.median(paired) - 1:+.2%}",
+        "cpu_per_round_quartiles": [round(paired[len(paired) // 4], 4),
+                                    round(paired[3 * len(paired) // 4], 4)],
         "timed_ratio_quartiles": [round(ratios[len(ratios) // 4], 4),
                                   round(ratios[3 * len(ratios) // 4], 4)],
         "sampled_busy": sum(int(h.get("busy") or 0) for h in workers.hot_lines()),

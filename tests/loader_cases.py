@@ -92,3 +92,11 @@ class SlowInit:
 
     def __call__(self, worker_id: int) -> None:
         time.sleep(self.cost_s)  # LOADER: init
+
+
+class SlowDecodeRecords(SlowDecode):
+    """:class:`SlowDecode`'s samples as the HF Trainer's records: ``{"x", "labels"}``."""
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        x = super().__getitem__(i)
+        return {"x": x, "labels": x.sum()}

@@ -129,6 +129,22 @@ def test_a_healthy_loader_gets_no_stall_and_no_worker_timing(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_capture_window_times_a_healthy_loader_without_sampling_it(tmp_path: Path) -> None:
+    """A window records the workers' tracks (timing on), but the stack sampler runs only while
+    a stall opens or is open: none here (only a loop waiting 90% of its time would open one, so a
+    loaded machine's delays do not), so no worker ever published a sample."""
+    never = StallConfig(share_threshold=0.9, clear_share=0.9, min_duration_s=0.5, min_steps=12)
+    prof = _train(tmp_path, [_loader(Cheap(), "fork", prefetch_factor=8)], steps=30,
+                  step_s=0.02, capture_at=10, max_captures=1, stall=never)
+    assert not [f for f in prof.findings if "loader_workers" in f.details]
+    [capture] = capture_dirs(tmp_path)
+    [path] = trace_files(capture)
+    tracks = [e for e in load_trace(path)["traceEvents"]
+              if e.get("cat") == "profcallbacks_loader_worker" and e.get("ph") == "X"]
+    assert {e["args"]["phase"] for e in tracks} >= {"fetch", "send"}, tracks
+    assert prof.session.loader_workers.hot_lines() == []
+
+
 def test_timing_runs_only_while_the_loop_waits() -> None:
     """Off while the loop does not wait (a healthy loader), on over a period of waiting for a
     share of its time at least ``share_on``, off again after a period under it."""
@@ -234,16 +250,36 @@ def test_a_loader_whose_timing_cannot_be_set_up_runs_as_without_it(
 
 
 
-def test_watch_shows_the_per_worker_table_of_an_input_bound_run(
+def test_watch_and_the_report_show_the_per_worker_table_of_an_input_bound_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _train(tmp_path, [_loader(SlowDecode(kib=150), "fork")], steps=60, step_s=0.005)
+    prof = _train(tmp_path / "run", [_loader(SlowDecode(kib=150), "fork")], steps=60, step_s=0.005)
+    rows = _stall(prof).details["loader_workers"]["workers"]["rows"]
+    line = f"loader_cases.py:{marked_line('decode')}"
     capsys.readouterr()
-    assert main(["watch", str(tmp_path), "--once"]) == 0
+    assert main(["watch", str(tmp_path / "run"), "--once"]) == 0
     out = capsys.readouterr().out
     assert "Loader workers (largest part: fetch" in out, out
-    assert f"loader_cases.py:{marked_line('decode')}" in out
+    assert line in out
     table = out[out.index("Loader workers"):]
     assert all(f"│ {w} │" in table or f"  {w} " in table for w in (0, 1))
+    # the report, as text: the recorded finding's rows, worker by worker, and the hot line
+    assert main(["report", str(tmp_path / "run")]) == 0
+    text = capsys.readouterr().out
+    section = text[text.index("\nLoader workers\n"):]
+    assert "largest part: fetch" in section.splitlines()[2], section
+    for row in rows:
+        cells = next(r.split() for r in section.splitlines()[5:7] if r.split()[0] == str(row["worker"]))
+        assert cells[1] == str(row["batches"]) and cells[2] == f"{row['fetch_ms']:.1f}", section
+    assert f"hot line: tests/{line} SlowDecode.__getitem__ (fetch)" in section, section
+    # and as HTML: the same table
+    assert main(["report", str(tmp_path / "run"), "--format", "html", "-o",
+                 str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    block = html[html.index("<table id=loader-workers>"):]
+    block = block[:block.index("</table>")]
+    assert block.count("<tr>") == 3 and "<th>fetch ms</th>" in block
+    assert all(f"<td class=num>{row['fetch_ms']:.1f}</td>" in block for row in rows), block
+    assert line in html[html.index("<h2>Loader workers</h2>"):]
 
 
 def test_watch_skips_a_hostile_worker_table() -> None:

@@ -138,6 +138,7 @@ class ProfilerCallback(TrainerCallback):
         session.open()
         if kwargs.get("train_dataloader") is not None:
             session.set_loader(kwargs["train_dataloader"])  # its settings shape stall advice
+            session.loader_workers.attach(kwargs["train_dataloader"])  # its workers' timing
         self.session = session
         self._closer = weakref.finalize(self, session.close, failed=True)
         session.pause()  # evaluation on start and the epoch's set-up belong to no step
@@ -148,6 +149,7 @@ class ProfilerCallback(TrainerCallback):
         if self._closer is not None and self.session is not None:
             if kwargs.get("train_dataloader") is not None:  # a further pass: workers may restart
                 self.session.set_loader(kwargs["train_dataloader"])
+                self.session.loader_workers.attach(kwargs["train_dataloader"])
             self.session.resume()
 
     @override

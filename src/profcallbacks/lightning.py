@@ -24,7 +24,7 @@ from profcallbacks.core.triggers import MANUAL, VALIDATION
 from profcallbacks.findings import Finding, FindingHandler
 from profcallbacks.integrations.base import RunLog, check_metrics_sink, close_quietly, extra_sinks
 from profcallbacks.integrations.lightning_loggers import LoggerFindings
-from profcallbacks.lightning_fetch import FetchTimer
+from profcallbacks.lightning_fetch import FetchTimer, FirstPassTiming
 from profcallbacks.options.bounds import check_capture_steps
 from profcallbacks.options.front_end import ProfilerOptions, Unpack, takes_profiler_options
 from profcallbacks.options.profiler import ProfilerConfig
@@ -77,6 +77,7 @@ class ProfilerCallback(Callback):
         self._trainer: Any = None
         self._fetch_timer: FetchTimer | None = None
         self._logger_findings: list[LoggerFindings] = []
+        self._first_pass: FirstPassTiming | None = None
 
     @classmethod
     def from_config(cls, config: ProfilerConfig, logdir: str | os.PathLike[str] | None = None, *,
@@ -110,6 +111,8 @@ class ProfilerCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._first_pass = FirstPassTiming(self.config, trainer)  # begun before on_train_start
+        self._first_pass.start()
         if self.logdir is None:  # a broadcast: every rank calls it here, together
             self.logdir = Path(trainer.log_dir or trainer.default_root_dir)
         other = getattr(trainer, "profiler", None)  # public, though set outside Trainer's stubs
@@ -148,11 +151,14 @@ class ProfilerCallback(Callback):
         if isinstance(self._metrics_sink, RunLog):
             self.session.add_finding_handler(self._metrics_sink.finding)
         self.session.restore(captures_started=self._captures_started)
+        if self._first_pass is not None:
+            self._first_pass.hand_over(self.session)
         for steps, trigger in self._pending_captures:
             self.session.request_capture(steps, trigger)
         self._pending_captures.clear()
         self._stepped = False
         self.session.set_loader(trainer.train_dataloader)
+        self.session.loader_workers.attach(trainer.train_dataloader)  # its workers' timing
         self._trainer = trainer  # Any: Trainer sets .profiler outside its type stubs
         self._fetch_timer = FetchTimer(self._trainer.profiler, self.session.data_wait)
         self._trainer.profiler = self._fetch_timer  # public attribute; restored in _close
@@ -163,6 +169,7 @@ class ProfilerCallback(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.session is not None:  # a further pass over the loader: stall advice counts them
             self.session.set_loader(trainer.train_dataloader)
+            self.session.loader_workers.attach(trainer.train_dataloader)  # reloaded: a new one
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -229,6 +236,9 @@ class ProfilerCallback(Callback):
 
     def _close(self, *, failed: bool) -> None:
         session, self.session = self.session, None
+        if self._first_pass is not None:
+            self._first_pass.stop()
+            self._first_pass = None
         if session is None:
             return
         if self._trainer is not None and self._trainer.profiler is self._fetch_timer:

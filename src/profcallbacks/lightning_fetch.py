@@ -1,4 +1,5 @@
-"""Times the Lightning training loop's batch fetches through the Trainer's public profiler hook."""
+"""Times the Lightning training loop's batch fetches through the Trainer's public profiler hook,
+and the workers of its first pass over the training loader."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch.profilers import Profiler
+
+from profcallbacks.options.profiler import ProfilerConfig
+from profcallbacks.run.defaults import workers_timing
+from profcallbacks.run.session import ProfilingSession
 
 FETCH_ACTION = "train_dataloader_next"
 
@@ -58,3 +63,41 @@ class FetchTimer(Profiler):
 
     def __getattr__(self, name: str) -> Any:  # e.g. dirpath, filename of the wrapped profiler
         return getattr(self.__dict__["inner"], name)
+
+
+class FirstPassTiming:
+    """Times the workers of the Trainer's first pass over its training loader, which Lightning
+    begins in its data set-up, before ``on_train_start`` makes the session: from ``setup`` on,
+    an early worker timing attaches the training loaders
+    (:class:`~profcallbacks.detect.worker_attach.FirstPass`); :meth:`hand_over` gives the
+    pass to the session's.
+
+    Example:
+        >>> timing = FirstPassTiming(config, trainer); timing.start()  # doctest: +SKIP
+        >>> timing.hand_over(session)  # in on_train_start                # doctest: +SKIP
+    """
+
+    def __init__(self, config: ProfilerConfig, trainer: Any) -> None:
+        self._early = workers_timing(config, lambda: 0)
+        self._hook = self._early.first_pass(lambda loader: _trains_on(trainer, loader))
+
+    def start(self) -> None:
+        if not self._early.off:
+            self._hook.start()
+
+    def hand_over(self, session: ProfilingSession) -> None:
+        """Stop the early hook; the session's worker timing goes on with what it timed."""
+        self._hook.stop()
+        session.loader_workers.take_over(self._early)
+
+    def stop(self) -> None:
+        self._hook.stop()
+        self._early.detach()
+
+
+def _trains_on(trainer: Any, loader: Any) -> bool:
+    """``loader`` is (one of) the Trainer's training loaders."""
+    loaders = trainer.train_dataloader
+    found = (loaders.values() if isinstance(loaders, dict)
+             else loaders if isinstance(loaders, (list, tuple)) else [loaders])
+    return any(item is loader for item in found)

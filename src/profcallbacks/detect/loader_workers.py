@@ -3,9 +3,11 @@
 :meth:`LoaderWorkers.iterate` starts a pass over a loader with workers so that each worker times
 its batches (:mod:`~profcallbacks.detect.worker_hooks`) into the pass's
 :class:`~profcallbacks.detect.worker_ring.WorkerRing`; :meth:`LoaderWorkers.fetched` notes how
-long the training loop waited for each batch. Timing and sampling run only while something asks
-for them (:meth:`want`: the loop waiting for batches ``share_on`` of its time or more, an open
-stall, a recording capture window); the workers' start-up is always noted (once per worker).
+long the training loop waited for each batch. Timing runs only while something asks for it
+(:meth:`want`: the loop waiting for batches ``share_on`` of its time or more, an open stall, a
+recording capture window), the stack sampler only while a stall opens or is open (not for a
+capture window alone); the workers' start-up is always noted (once per worker). Loaders a Trainer
+iterates itself are timed through :meth:`attach` (:mod:`~profcallbacks.detect.worker_attach`).
 :meth:`breakdown` sums the recent batches up per worker
 (:class:`~profcallbacks.detect.worker_breakdown.WorkersBreakdown`), :meth:`spans` gives their
 fetch/collate/send spans for a capture's trace.
@@ -29,8 +31,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from profcallbacks.detect.worker_attach import FirstPass, LoaderHooks
 from profcallbacks.detect.worker_breakdown import BatchTimes, WaitTimes, WorkersBreakdown, summarise
 from profcallbacks.detect.worker_hooks import TimedCollate, WorkerInit
+from profcallbacks.detect.worker_pin import time_pinning
 from profcallbacks.detect.worker_ring import (
     FAILED,
     IDX,
@@ -94,7 +98,42 @@ class LoaderWorkers:
         self._waited, self._period_from, self._pass_workers = 0.0, 0.0, 0
         self.waits: dict[tuple[int, int, int], tuple[float, float, int]] = {}
         self._wait_keys: deque[tuple[int, int, int]] = deque()
+        self.pins: dict[tuple[int, int, int], tuple[float, float]] = {}  # the pin thread's
+        self._pin_keys: deque[tuple[int, int, int]] = deque()
         self._last_drain = 0
+        self._hooks = LoaderHooks(self)
+
+    @property
+    def off(self) -> bool:
+        """Worker timing is off for the run (turned off, or it failed to set up)."""
+        return self._broken
+
+    def attach(self, loader: object) -> None:
+        """Time the passes a framework begins over ``loader`` itself (a Trainer's ``iter``);
+        :meth:`detach` removes the hooks (:class:`~profcallbacks.detect.worker_attach.LoaderHooks`)."""
+        self._hooks.attach(loader)
+
+    def detach(self) -> None:
+        """Remove the hooks :meth:`attach` set."""
+        self._hooks.detach()
+
+    def take_over(self, early: LoaderWorkers) -> None:
+        """Go on with the passes ``early`` began before this object existed (a Trainer makes its
+        first iterator before its session starts: :class:`~profcallbacks.detect.worker_attach.FirstPass`)."""
+        self._persistent, self._pass, self._passes = early._persistent, early._pass, early._passes
+        self._batch, self._pass_workers = early._batch, early._pass_workers
+        self._hooks.adopt(early._hooks)
+        self._control()
+
+    def first_pass(self, chosen: Callable[[Any], bool]) -> FirstPass:
+        """The hook that times a Trainer's first pass (``chosen``: a training loader)."""
+        return FirstPass(self._hooks, chosen)
+
+    def resumed(self, loader: object) -> None:
+        """A further pass over ``loader``'s persistent workers begins."""
+        current = self._persistent.get(loader)
+        if current is not None:
+            self.again(current)
 
     @property
     def timing(self) -> bool:
@@ -108,6 +147,11 @@ class LoaderWorkers:
         if self._broken or not isinstance(loader, DataLoader) or not loader.num_workers:
             self._pass = None
             return iter(loader)
+        return self.begin(loader, lambda: iter(loader))
+
+    def begin(self, loader: Any, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """A pass over ``loader`` (a DataLoader with workers) begins: ``make()`` makes its
+        iterator, with the timing hooks set on the loader while it runs (new workers only)."""
         try:
             current = self._persistent.get(loader) if loader.persistent_workers else None
             fresh = current is None
@@ -119,25 +163,38 @@ class LoaderWorkers:
                 loader.worker_init_fn = WorkerInit(user_init, current.ring, sampler=self._sampler)
                 loader.collate_fn = TimedCollate(user_collate)
         except Exception as exc:
-            return self._give_up(exc, loader)
+            return self._give_up(exc, make)
         try:
-            iterator = iter(loader)
+            iterator = make()
         finally:
             if fresh:
                 loader.worker_init_fn, loader.collate_fn = user_init, user_collate
+        if fresh:
+            try:
+                time_pinning(iterator, self._pinned)
+            except Exception as exc:  # the loader goes on, its pinning counted as transfer
+                log.warning("profcallbacks: cannot time the DataLoader's pin-memory thread (%s).", exc)
         if fresh and loader.persistent_workers:
             self._persistent[loader] = current
+        self.again(current)
+        return iterator
+
+    def again(self, current: _Pass | None = None) -> None:
+        """A further pass begins over the workers of ``current`` (default: the current set's;
+        persistent workers serve several passes)."""
+        current = current if current is not None else self._pass
+        if current is None:
+            return
         current.served += 1
         self._pass, self._batch = current, 0
         self._pass_workers, self._waited, self._period_from = current.ring.workers, 0.0, 0.0
         self._control()
-        return iterator
 
-    def _give_up(self, exc: Exception, loader: Iterable[Any]) -> Iterator[Any]:
+    def _give_up(self, exc: Exception, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         self._broken, self._pass = True, None
         log.warning("profcallbacks: cannot time the DataLoader's workers (%s); worker timing is "
                     "off for this run.", exc)
-        return iter(loader)
+        return make()
 
     def fetched(self, start: float, end: float) -> None:
         """The training loop waited from ``start`` to ``end`` (``perf_counter`` seconds) for the
@@ -169,7 +226,7 @@ class LoaderWorkers:
         share = self._waited / (now - self._period_from)
         self._waited, self._period_from = 0.0, now
         if share >= self._share_on:
-            if "waits" not in self._wanted:
+            if "waits" not in self._wanted:  # a stall opens: its finding comes soon after
                 self.want("waits", True)
         elif "waits" in self._wanted:
             self.want("waits", False)
@@ -189,6 +246,18 @@ class LoaderWorkers:
         control = current.ring.control
         control[TIMING] = 1.0 if self._wanted else 0.0
         control[SAMPLING] = 1.0 if self._sampler and any(self._wanted.values()) else 0.0
+
+    def _pinned(self, idx: int, start: float, end: float) -> None:
+        """The pin thread pinned the current pass's batch ``idx`` from ``start`` to ``end``
+        (called on that thread: only it writes ``pins``)."""
+        current = self._pass
+        if current is None or not self._wanted:
+            return
+        key = (current.number, current.served - 1, idx)
+        self.pins[key] = (start, end)
+        self._pin_keys.append(key)
+        if len(self._pin_keys) > KEPT:
+            self.pins.pop(self._pin_keys.popleft(), None)
 
     def drain(self) -> None:
         """Read the rows the current pass's workers committed since the last time."""
@@ -234,7 +303,7 @@ class LoaderWorkers:
         self.drain()
         current = self._pass
         workers = num_workers or (current.ring.workers if current is not None else 0)
-        return summarise(list(self.batches), self.waits, workers=workers,
+        return summarise(list(self.batches), self.waits, workers=workers, pins=dict(self.pins),
                          hot=self.hot_lines(), startup=self.startup_s())
 
     def spans(self, start: float, end: float) -> list[BatchTimes | WaitTimes]:

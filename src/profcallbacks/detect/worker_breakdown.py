@@ -25,8 +25,9 @@ from typing import Any, NamedTuple
 from profcallbacks.core.cpus import loader_workers
 from profcallbacks.detect.worker_sampler import hot_lines
 
-PARTS = ("fetch", "collate", "transfer")
-"""The parts of a batch's time a worker (and the main process, for transfer) spends."""
+PARTS = ("fetch", "collate", "transfer", "pin")
+"""The parts of a batch's time a worker (and the main process, for transfer and pinning) spends
+(``pin`` only with ``pin_memory=True``, where a thread of the main process pins each batch)."""
 HEADROOM = 1.2
 """Workers that would keep up build this many times what the steps consume: a loader that builds
 just as fast as the steps consume leaves every jitter of a worker as a wait."""
@@ -72,6 +73,7 @@ class WorkerRow:
     transfer_ms: float
     busy_ms: float
     per_s: float
+    pin_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,29 +111,42 @@ class WorkersBreakdown:
 
 def summarise(batches: list[BatchTimes], waits: dict[tuple[int, int, int], tuple[float, float, int]],
               *, workers: int, hot: list[dict[str, Any]] = (),  # type: ignore[assignment]
-              startup: list[tuple[float, float]] | None = None) -> WorkersBreakdown | None:
+              startup: list[tuple[float, float]] | None = None,
+              pins: dict[tuple[int, int, int], tuple[float, float]] | None = None,
+              ) -> WorkersBreakdown | None:
     """Sum ``batches`` up per worker; ``waits`` (the loop's wait per batch key, with its step)
-    give the main process's part of the transfer and the batches per step."""
+    give the main process's part of the transfer and the batches per step, ``pins`` (the pin
+    thread's time per batch key) the pinning, taken out of that transfer."""
     whole = [b for b in batches if b.send1 > 0 and b.put >= b.get > 0]
     if not whole:
         return None
-    per: dict[int, list[tuple[float, float, float, float]]] = {}
+    pins = pins or {}
+    per: dict[int, list[tuple[float, float, float, float, float]]] = {}
     for b in whole:
-        got = waits.get((b.set, b.pass_, b.idx))
-        main = max(0.0, got[1] - max(got[0], b.send1)) if got is not None else 0.0
+        key = (b.set, b.pass_, b.idx)
+        got, pin = waits.get(key), pins.get(key)
+        main = 0.0
+        if got is not None:  # the loop's wait after the send: what the pinning leaves of it
+            begin = max(got[0], b.send1)
+            main = max(0.0, got[1] - begin)
+            if pin is not None:
+                main -= max(0.0, min(pin[1], got[1]) - max(pin[0], begin))
         per.setdefault(b.worker, []).append((b.collate0 - b.get, b.collate1 - b.collate0,
-                                             b.send1 - b.send0, main))
+                                             b.send1 - b.send0, max(main, 0.0),
+                                             pin[1] - pin[0] if pin is not None else 0.0))
     rows = []
     for worker, parts in sorted(per.items()):
         n = len(parts)
-        fetch, collate, send, main = (1e3 * sum(p[i] for p in parts) / n for i in range(4))
+        fetch, collate, send, main, pin_ms = (1e3 * sum(p[i] for p in parts) / n for i in range(5))
         busy = fetch + collate + send
         rows.append(WorkerRow(worker, n, fetch, collate, send, main, busy,
-                              1e3 / busy if busy > 0 else math.inf))
+                              1e3 / busy if busy > 0 else math.inf, pin_ms))
     n = len(whole)
     parts_ms = {"fetch": sum(r.fetch_ms * r.batches for r in rows) / n,
                 "collate": sum(r.collate_ms * r.batches for r in rows) / n,
                 "transfer": sum((r.send_ms + r.transfer_ms) * r.batches for r in rows) / n}
+    if pins:
+        parts_ms["pin"] = sum(r.pin_ms * r.batches for r in rows) / n
     steps = [w[2] for w in waits.values()]
     per_step = len(steps) / len(set(steps)) if steps else 1.0
     start = max((a + b for a, b in startup), default=0.0) * 1e3 if startup else None
@@ -224,6 +239,10 @@ def _part_fix(part: str, info: dict[str, Any]) -> str:
     if part == "collate":
         return (f"make collate_fn ({info.get('collate_fn')}) cheaper" + at + ": pad or stack "
                 "in the dataset, or move per-batch work into the training step")
+    if part == "pin":
+        return ("pin less per batch: the main process's pin thread copies every tensor of each "
+                "batch to pinned memory (fewer, larger tensors; smaller dtypes), or pin_memory=False "
+                "where the copy to the GPU does not overlap the step anyway")
     return ("send less back to the main process per batch: fewer, larger tensors (each tensor "
             "is a shared-memory file), smaller dtypes (uint8 images), or a smaller batch_size"
             + at)

@@ -39,6 +39,7 @@ from profcallbacks.detect.worker_ring import (
     PID,
     READY,
     RING,
+    SAMPLING,
     STARTED,
     STATUS,
     T_COLLATE0,
@@ -165,8 +166,9 @@ def _timed_get(get: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
     def timed_get(*args: Any, **kwargs: Any) -> Any:
         state.phase = "idle"
         r = get(*args, **kwargs)
-        if state.sampler is not None:
-            state.sampler.update()
+        sampler = state.sampler
+        if sampler is not None and bool(state.on[SAMPLING]) != sampler.armed:
+            sampler.update()  # only when the main process changed its mind
         if isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], int):
             if state.on[TIMING]:
                 row = [0.0] * 9
@@ -184,6 +186,9 @@ def _timed_get(get: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
 def _timed_put(put: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
     def timed_put(obj: Any, *args: Any, **kwargs: Any) -> Any:
         row, state.current = state.current, None
+        if row is None:  # an untimed batch
+            state.phase = "idle"
+            return put(obj, *args, **kwargs)
         if row is not None and isinstance(obj, tuple) and obj and obj[0] == row[IDX]:
             row[T_PUT] = _clock()
             if row[T_COLLATE1] == 0.0:  # no collate call (an error, an iterable's end)
@@ -200,9 +205,9 @@ def _timed_pickler(pickler: Any, state: _Worker) -> Any:
 
         @staticmethod
         def dumps(obj: Any, protocol: int | None = None) -> Any:
-            row = None
-            if state.sent and isinstance(obj, tuple) and obj and isinstance(obj[0], int):
-                row = state.sent.pop(obj[0], None)
+            if not state.sent or not isinstance(obj, tuple) or not obj:  # untimed: as it was
+                return pickler.dumps(obj, protocol)
+            row = state.sent.pop(obj[0], None) if isinstance(obj[0], int) else None
             start = _clock()
             out = pickler.dumps(obj, protocol)
             if row is not None:
@@ -214,6 +219,8 @@ def _timed_pickler(pickler: Any, state: _Worker) -> Any:
 
 def _timed_send(send: Callable[..., Any], state: _Worker) -> Callable[..., Any]:
     def timed_send(*args: Any, **kwargs: Any) -> Any:
+        if state.sending is None:  # an untimed batch
+            return send(*args, **kwargs)
         try:
             return send(*args, **kwargs)
         finally:

@@ -1,14 +1,16 @@
 """Where inside a loader worker the time goes: a low-rate sampler of the worker's main thread.
 
-While the main process asks for it (``control[SAMPLING]``: a stall is open or a capture window
-records), each worker samples its own main thread every :data:`INTERVAL_S` of the CPU time it
+While the main process asks for it (``control[SAMPLING]``: a stall is open, or the loop waits
+for data at least the stall's ``share_threshold`` of its time; not in capture windows otherwise),
+each worker samples its own main thread every :data:`INTERVAL_S` of the CPU time it
 uses (``SIGPROF`` from ``setitimer(ITIMER_PROF)``: the handler runs on that thread between two
 bytecodes, so there is no second thread to take the GIL, and a worker waiting for its next index
 uses no CPU and is never sampled). Each sample counts the user's line the thread is in: the
 innermost frame outside libraries, so the time inside ``PIL`` or ``torch`` counts for the line of
 the user's dataset that called them (:class:`~profcallbacks.detect.frames.CallerFrames`, as the
 sync audit names lines). Every :data:`PUBLISH_S` the counts go to the worker's row of the shared
-memory as JSON (``{"busy": samples, "phases": {...}, "lines": [[line, phase, samples], ...]}``).
+memory as JSON, and at the 1st, 2nd, 4th... sample
+(``{"busy": samples, "phases": {...}, "lines": [[line, phase, samples], ...]}``).
 A worker whose ``SIGPROF`` is already taken (another profiler) is not sampled.
 
 Example:
@@ -28,10 +30,10 @@ from typing import Any, Protocol
 from profcallbacks.detect.frames import CallerFrames, display_path
 from profcallbacks.detect.worker_ring import SAMPLING, WorkerRing
 
-INTERVAL_S = 0.005
+INTERVAL_S = 0.01
 """Seconds of the worker's CPU time between two samples while sampling."""
 PUBLISH_S = 0.25
-"""Seconds between two publications of the counts."""
+"""Seconds between two publications of the counts (and at the 1st, 2nd, 4th... sample)."""
 TOP_LINES = 20
 """Lines published per worker."""
 WORKER_LOOP = "_worker_loop"
@@ -98,7 +100,9 @@ class StackSampler:
             if user is not None:  # named when published: a sample only counts
                 self.lines[(user.f_code, user.f_lineno, phase)] += 1
             now = time.monotonic()
-            if now - self.published >= PUBLISH_S:
+            if now - self.published >= PUBLISH_S or not self.busy & (self.busy - 1):
+                # and at the 1st, 2nd, 4th, 8th... sample: a stall's finding, made soon after
+                # sampling began, has the first counts
                 self._publish()
                 self.published = now
         except Exception:  # never raise into the dataset's code

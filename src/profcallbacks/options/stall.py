@@ -40,13 +40,14 @@ class StallConfig:
             over the threshold.
         min_steps: Steps an episode holds before it alerts (20, the default window: long steps
             alert as soon as the window is over the threshold).
-        time_workers: Time each ``DataLoader`` worker's batches (fetch, collate, send, start-up)
-            for loaders iterated through ``StepProfiler.wrap``, while a stall is open or a capture
-            window records, so the stall finding says where the workers' time goes
-            (``benchmarks/loader_cost.py``: 10-50 us of worker CPU per batch with the sampler,
-            under 1% of a batch of 5 ms or more).
-        sample_workers: While timing, sample each worker's stack every 5 ms to name the hot
-            lines of the dataset's code.
+        time_workers: Time each ``DataLoader`` worker's batches (fetch, collate, send, start-up,
+            and the main process's pinning) for loaders iterated through ``StepProfiler.wrap``
+            or by the Lightning and HF Trainers, while the loop waits for data, a stall is open
+            or a capture window records, so the stall finding says where the workers' time goes
+            (``benchmarks/loader_cost.py``: under 1% of a batch of 5 ms or more, the sampler
+            included).
+        sample_workers: While a stall is open, sample each worker's stack every 10 ms of its
+            CPU time to name the hot lines of the dataset's code.
 
     Example:
         >>> StallConfig(share_threshold=0.3, window=40).window

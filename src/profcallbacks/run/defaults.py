@@ -87,14 +87,19 @@ def default_auditor(config: ProfilerConfig, rank: RankInfo) -> StepAuditor | Non
     return SyncAuditor(audit, rank.rank) if audit is not None else None
 
 
+def workers_timing(config: ProfilerConfig, step: Callable[[], int]) -> LoaderWorkers:
+    """The loader workers' timing as ``config.stall`` asks for it (not yet wired)."""
+    stall = config.stall
+    return LoaderWorkers(step, enabled=stall is not None and stall.time_workers,
+                         sampler=stall is not None and stall.sample_workers,
+                         share_on=stall.share_threshold if stall is not None else 0.2)
+
+
 def loader_workers(config: ProfilerConfig, step: Callable[[], int], participants: Participants,
                    captures: CaptureController) -> LoaderWorkers:
     """The timing of the loader's workers, wired to the stall detector (it asks for the timing
     while a stall is open) and to the capture windows (each capture gets the workers' tracks)."""
-    stall = config.stall
-    workers = LoaderWorkers(step, enabled=stall is not None and stall.time_workers,
-                            sampler=stall is not None and stall.sample_workers,
-                            share_on=stall.share_threshold if stall is not None else 0.2)
+    workers = workers_timing(config, step)
     for member in participants.members:
         if isinstance(member, StallDetector):
             member.workers = workers
@@ -104,12 +109,16 @@ def loader_workers(config: ProfilerConfig, step: Callable[[], int], participants
 
 
 class _TimeWorkersInWindows(Participant):
-    """Asks for worker timing while a capture window records: its trace gets their tracks."""
+    """Asks for worker timing while a capture window records (its trace gets their tracks; the
+    stack sampler runs only while a stall is open), and removes the loader hooks at the end."""
 
     def __init__(self, workers: LoaderWorkers, captures: CaptureController) -> None:
         self._workers = workers
         self._captures = captures
 
     def begin_block(self, step: int, now: float) -> Iterable[Finding]:
-        self._workers.want("capture", self._captures.window_open)
+        self._workers.want("capture", self._captures.window_open, sampling=False)
         return ()
+
+    def close(self, *, failed: bool) -> None:
+        self._workers.detach()

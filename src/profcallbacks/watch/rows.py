@@ -100,7 +100,7 @@ def finding_row(row: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-_WORKER_MS = ("fetch_ms", "collate_ms", "send_ms", "transfer_ms", "busy_ms", "per_s")
+_WORKER_MS = ("fetch_ms", "collate_ms", "send_ms", "transfer_ms", "pin_ms", "busy_ms", "per_s")
 
 
 def loader_workers(details: dict[str, Any]) -> dict[str, Any] | None:

@@ -152,13 +152,15 @@ def _workers_table(state: LogdirState) -> RenderableType | None:
     table = Table(title=f"Loader workers (largest part: {found['part']}"
                   + (f"; {found['needed']} workers would keep up" if found["needed"] else "")
                   + ")", title_justify="left")
-    for name in ("worker", "batches", "fetch ms", "collate ms", "send ms", "transfer ms",
-                 "batches/s"):
+    keys = ["fetch_ms", "collate_ms", "send_ms", "transfer_ms", "pin_ms", "per_s"]
+    if not any((row.get("pin_ms") or 0) > 0 for row in found["rows"]):
+        keys.remove("pin_ms")  # pin_memory=False, or no accelerator: nothing pinned
+    for name in ("worker", "batches", *(k.replace("_ms", " ms").replace("per_s", "batches/s")
+                                        for k in keys)):
         table.add_column(name, justify="right")
     for row in found["rows"]:
         table.add_row(str(row["worker"]), str(row.get("batches") or "-"),
-                      *(_ms(row.get(key)) for key in ("fetch_ms", "collate_ms", "send_ms",
-                                                      "transfer_ms", "per_s")))
+                      *(_ms(row.get(key)) for key in keys))
     table.caption = Text("; ".join(x for x in (rate, found["line"]) if x))
     return table
 

@@ -200,6 +200,7 @@ class Capture:
     replayed: bool = False  # CUPTI range profiling replayed each kernel: host timings are its own
     cold: list[Span] = field(default_factory=list)
     sync_sites: list[str] = field(default_factory=list)
+    cpu_load: dict[str, Any] | None = None  # the machine's load while it recorded (core/cpu_load.py)
     _starts: list[float] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:

@@ -188,6 +188,7 @@ class ModelBuilder:
         if self.capture is not None:
             try:
                 capture = self.capture.finish(trace.deviceProperties)
+                capture.cpu_load = _block(_block(trace.profcallbacks).get("cpu")) or None
             except Exception as exc:  # the diagnoses are lost, the rest stands
                 self._no_capture(exc)
         return TraceModel(summary, None if self.scanner is None else self.scanner.found,

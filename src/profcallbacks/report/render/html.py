@@ -22,6 +22,7 @@ from profcallbacks.report.render.plot import step_time_svg
 from profcallbacks.report.render.ranks_text import LISTED_FILES, job_lines
 from profcallbacks.report.render.safe import visible
 from profcallbacks.report.render.text import step_spread
+from profcallbacks.report.render.workers_render import workers_html
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1000px;
@@ -84,6 +85,7 @@ def render_html(report: dict[str, Any]) -> str:
     parts.append(memory_html(report.get("memory")))
     parts.append(_lines_section("compile", compile_text(report.get("compile"))))
     parts.append(_findings(report))
+    parts.append(workers_html(report.get("findings") or []))
     parts.append(_captures(report["captures"]))
     parts.append(_lines_section("budgets", budget_lines(report)))
     parts.append(_operators(report["top_operators"]))

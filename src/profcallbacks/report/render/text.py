@@ -16,6 +16,7 @@ from profcallbacks.report.read.budgets import budget_lines
 from profcallbacks.report.render.expert_render import diagnosis_lines, throughput_text
 from profcallbacks.report.render.ranks_text import file_list, job_lines
 from profcallbacks.report.render.safe import visible
+from profcallbacks.report.render.workers_render import workers_text
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -59,6 +60,7 @@ def render_text(report: dict[str, Any]) -> str:
     out += memory_text(report.get("memory"))
     out += compile_text(report.get("compile"))
     out += _findings_section(report["findings_by_kind"])
+    out += workers_text(report.get("findings") or [])
     if report["problems"]:
         out.append("Files that could not be read")
         out += [f"  {p['file']}: {p['error']}" for p in report["problems"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms, short
 from profcallbacks.report.analyse.diagnoses.precision import precision
+from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
 
 MATH = "aten::_scaled_dot_product_attention_math"
 _MATMULS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -41,7 +42,7 @@ def attention_math_fallback(cap: Capture) -> Diagnosis | None:
         return None
     kernels = [k for k in cap.kernels if k.launch_ts is not None and any(
         o.ts <= k.launch_ts <= o.end for o in found)] if cap.has_gpu else []
-    cost = sum(k.dur for k in kernels) if kernels else sum(o.end - o.ts for o in found)
+    cost = gpu_time(kernels) if kernels else sum(o.end - o.ts for o in found)
     gain, share = cap.per_step(cost)
     why = []
     if kernels and all(precision(k.name) == "fp32" for k in kernels if "gemm" in k.name.lower()):

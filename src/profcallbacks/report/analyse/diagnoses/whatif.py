@@ -11,6 +11,7 @@ independent gains from adding up to more than the step.
 - :func:`idle_caused`: the GPU idle a set of host waits causes: from each wait's start to the
   first GPU activity after it returns (the GPU drains its queue while the host waits, then waits
   for the host to launch again), minus the time the GPU was busy meanwhile.
+- :func:`gpu_time`: the GPU time of a set of kernels, streams that overlap counted once.
 - :func:`per_op_us` and :func:`dispatch_floor`: an operator's host cost without its arithmetic,
   as the trace measures it (what a compiled step or a multi-tensor call still pays per call).
 - :func:`bound_by_path`: a fix shortens the step by at most its side's part of the critical path
@@ -36,8 +37,21 @@ from itertools import islice
 from operator import sub
 
 from profcallbacks.report.analyse.critical_path import CriticalPath
-from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op
+from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Kernel, Op
 from profcallbacks.report.model.intervals import Interval, covered, merge
+
+
+def gpu_time(kernels: Iterable[Kernel]) -> float:
+    """The time (us) ``kernels`` kept the GPU busy: the union of their spans, so kernels of
+    several streams that overlap count once (their durations summed would count the overlap on
+    each stream).
+
+    Example:
+        >>> gpu_time([Kernel(0.0, 10.0, "a", "kernel"), Kernel(5.0, 12.0, "b", "kernel")])
+        12.0
+    """
+    return sum(e - s for s, e in merge((k.ts, k.end) for k in kernels))
+
 
 MIN_OP_US = 0.5
 """The least an eager operator costs to dispatch (us), whatever the trace says."""

@@ -90,9 +90,12 @@ def oversubscribed(cap: Capture) -> Diagnosis | None:
 
 def _top_ops(cap: Capture) -> list[Op]:
     """The steady part's operators that no other operator encloses."""
-    steady = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")]
-    return sorted((o for o in steady if not any(p.startswith("aten::") for p in o.parents)),
-                  key=lambda o: o.ts)
+    ops = cap.ops
+    aten = ops.name_ids(lambda n: n.startswith("aten::"))
+    under = {c for c, chain in enumerate(ops.chains) if any(p.startswith("aten::") for p in chain)}
+    names, parents = ops.name, ops.parent
+    return sorted((ops.op(i) for i in cap.rows_in_steps()
+                   if names[i] in aten and parents[i] not in under), key=lambda o: o.ts)
 
 
 def _positions(cap: Capture, top: list[Op]) -> list[tuple[str, int]]:

@@ -154,7 +154,9 @@ class SlowItems(Dataset):
         return 64
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        time.sleep(0.002)  # decoding an image, say
+        # decoding an image, say: 40 ms a batch, so the rest of the step would have to take 5 ms
+        # (a loaded machine's preemption of a 32 x 32 matmul step) to need fewer than 8 workers
+        time.sleep(0.01)
         return torch.randn(32)
 
 
@@ -177,7 +179,9 @@ def test_no_input_pipeline_when_the_loader_keeps_up(tmp_path):
     data = [torch.randn(64, 512) for _ in range(8)]
 
     def step(x: torch.Tensor) -> None:
-        for _ in range(60):  # ~50 ms or more: a preempted fetch on a loaded machine stays under 5%
+        # ~100 ms or more: a fetch preempted on a loaded machine (5.5 ms per step seen beside two
+        # CPU burners with a 60-matmul step) stays under 5%
+        for _ in range(120):
             x = (x @ w).tanh()
     profiled(tmp_path, step, iter(data))
     assert "input_pipeline" not in kinds(tmp_path), kinds(tmp_path).get("input_pipeline")

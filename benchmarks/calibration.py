@@ -57,11 +57,16 @@ class Result:
     before_ms: float
     after_ms: float
     measured_ms: float
+    step_after_ms: float | None = None
 
     @property
     def predicted_ms(self) -> float:
-        """The predicted gain for the unprofiled loop: its share of the profiled step, applied to
-        the step measured without the profiler."""
+        """The predicted gain for the unprofiled loop: the unprofiled step less the step the
+        diagnosis predicts after the fix, where it gives one from the operators' arithmetic
+        (``details["step_after_ms"]``); otherwise its share of the profiled step, applied to the
+        step measured without the profiler."""
+        if self.step_after_ms is not None:
+            return max(self.before_ms - self.step_after_ms, 0.0)
         return self.traced_share * self.before_ms
 
     @property
@@ -74,9 +79,9 @@ class Result:
                                                                 FLOOR_MS)
 
 
-def _predict(scenario: Scenario, logdir: Path) -> tuple[float, float, str, str]:
+def _predict(scenario: Scenario, logdir: Path) -> tuple[float, float, str, str, float | None]:
     """The report's gain for the scenario's kind (ms and share of the profiled step), its basis,
-    and the verdict."""
+    the verdict, and the step it predicts after the fix (``None``: not given)."""
     loop = scenario.make(False)
     torch.set_num_threads(loop.threads)
     prof = StepProfiler(logdir, schedule=Schedule(skip_first=5, warmup=1, active=5),
@@ -94,9 +99,12 @@ def _predict(scenario: Scenario, logdir: Path) -> tuple[float, float, str, str]:
     verdict = report["verdict"]["kind"] if report.get("verdict") else "-"
     d = found.get(scenario.kind or "")
     if d is None:
-        return 0.0, 0.0, "not diagnosed", verdict
-    basis = str((d.get("details") or {}).get("basis") or d["what"])
-    return float(d["gain_ms"]), float(d["gain_share"]), basis, verdict
+        return 0.0, 0.0, "not diagnosed", verdict, None
+    details = d.get("details") or {}
+    basis = str(details.get("basis") or d["what"])
+    after = details.get("step_after_ms")
+    return (float(d["gain_ms"]), float(d["gain_share"]), basis, verdict,
+            float(after) if isinstance(after, (int, float)) else None)
 
 
 def _block(loop: Loop, steps: int) -> float:
@@ -131,12 +139,12 @@ def run(scenario: Scenario, rounds: int = 7, steps: int = 20) -> Result:
     threads = torch.get_num_threads()
     try:
         with busy, tempfile.TemporaryDirectory() as tmp:
-            traced, share, basis, verdict = _predict(scenario, Path(tmp))
-            before, after, measured = _measure(scenario, rounds, steps)
+            traced, share, basis, verdict, after = _predict(scenario, Path(tmp))
+            before, after_fix, measured = _measure(scenario, rounds, steps)
     finally:
         torch.set_num_threads(threads)
-    return Result(scenario.name, scenario.kind, traced, share, basis, verdict, before, after,
-                  measured)
+    return Result(scenario.name, scenario.kind, traced, share, basis, verdict, before,
+                  after_fix, measured, after)
 
 
 def table(results: list[Result]) -> str:

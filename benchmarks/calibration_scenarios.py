@@ -195,5 +195,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              _compiled),
     Scenario("2 threads on a busy 2-core machine -> 1", "oversubscribed",
              "torch.set_num_threads(1)", _threads, busy=True),
+    Scenario("2 threads on a quiet 2-core machine -> 1", "oversubscribed",
+             "torch.set_num_threads(1)", _threads),
 )
 """Every scenario, in the order the table prints them."""

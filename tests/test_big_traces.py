@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import random
 import shutil
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from profcallbacks.report.read.stream import stream_trace
 from profcallbacks.report.read.traces import read_trace_file, summarise, trace_model
 
 DATA = Path(__file__).parent / "data"
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
 
 def write_trace(path: Path, steps: int, ops_per_step: int, *, frames_per_op: int = 6,
@@ -201,7 +205,7 @@ def test_reading_takes_at_most_the_memory_the_limit_counts_per_event(big_run):
     path = next(run.rglob("*.gz"))
     kept = 40 * 2500 + 40  # operators and step ranges; 6 Python frames per operator besides
     peak = peak_bytes(lambda: read_trace_file(path))
-    counted = kept + 6 * kept // stream_module.FRAMES_PER_EVENT
+    counted = kept // stream_module.OPERATORS_PER_EVENT + 6 * (kept - 40) // stream_module.FRAMES_PER_EVENT
     piece = 16 << 20  # one piece decoded at a time, whatever the file's size
     assert peak < counted * stream_module.BYTES_PER_EVENT + piece, (peak, (peak - piece) / counted)
 
@@ -243,3 +247,34 @@ def test_the_one_pass_model_equals_the_model_of_the_whole_file(monkeypatch):
             assert piecewise.capture.kernels == whole.capture.kernels
         read += 1
     assert read >= 4
+
+
+def _report_peak_rss(folder: Path, events: int) -> int:
+    """Peak RSS (bytes) of ``profcallbacks report --format json`` on ``events`` small CPU events
+    (benchmarks/report_speed.py's trace (b)), run in a process of its own (``ru_maxrss``)."""
+    spec = importlib.util.spec_from_file_location("report_speed", BENCHMARKS / "report_speed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    folder.mkdir(parents=True)
+    bench.cpu_trace(folder / "rank0_small_events.pt.trace.json", events)
+    code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+            "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "profcallbacks.cli",
+                          "report", str(folder), "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out) * 1024
+
+
+@pytest.mark.slow
+def test_a_report_of_ten_million_small_events_stays_under_one_gb(tmp_path):
+    """Measured on 2 x 10^6 events, not 10^7 (that run takes minutes on a small machine): the
+    report's peak RSS per event above a run of 2 x 10^4 events, times 10^7, plus that run's, is
+    under 1 GB. ``benchmarks/report_speed.py --only cpu --cpu-events 10000000`` runs 10^7
+    itself (docs/explanation/cost.md has its figures)."""
+    small, large = 20_000, 2_000_000
+    base = _report_peak_rss(tmp_path / "small", small)
+    peak = _report_peak_rss(tmp_path / "large", large)
+    per_event = (peak - base) / (large - small)
+    assert per_event * 10**7 + base < 1e9, (base, peak, per_event)
+    assert peak < 0.3e9, peak  # 2 x 10^6 events: ~180 MB

@@ -173,3 +173,43 @@ def test_mfu_of_an_amd_bf16_run_against_the_mi300x_peak():
     tp = build_report(locate_run(path))["captures"][0]["throughput"]
     assert tp["dtype"] == "bf16" and tp["peak_tflops"] == 1307.4
     assert tp["peak_source"] == "MI300X dense bf16 datasheet peak" and 0 < tp["mfu"] < 0.05
+
+
+def test_the_tf32_gain_scales_fp32_gemm_time_by_the_devices_peak_ratio():
+    # AlexNet on an A100 (HTA's critical-path sample): its matmuls run FP32 sgemm kernels, 2.62 ms
+    # a step; TF32 can at most run them at the A100's tf32/fp32 peak ratio, 156/19.5 = 8x, so the
+    # fix saves 7/8 of them, not their whole time (the gain before: 2.62 ms)
+    from profcallbacks.report.analyse.diagnoses.registry import diagnose
+    from profcallbacks.report.model.flops import dtype_ratio
+    from profcallbacks.report.read.traces import read_trace_file
+
+    cap = read_trace_file(Path(__file__).parent / "data" / "gpu-traces" /
+                          "alexnet_critical_path.pt.trace.json.gz").capture
+    [d] = [d for d in diagnose(cap)[0] if d.kind == "fp32_compute"]
+    assert d.details["dtype_ratio"] == 8.0
+    assert d.gain_ms == pytest.approx(d.details["fp32_ms"] * 7 / 8, rel=1e-3)
+    assert "A100 dense fp32 19.5 -> tf32 156 TFLOP/s" in d.details["basis"]
+    assert "bf16 autocast: at most 16.0x (A100 dense fp32 19.5 -> bf16 312" in d.details["basis"]
+    assert dtype_ratio("Tesla V100-SXM2-32GB", "fp32", "fp16") == (
+        pytest.approx(125.0 / 15.7), "V100 SXM2 dense fp32 15.7 -> fp16 125 TFLOP/s (datasheet peaks)")
+    assert dtype_ratio("Unknown GPU", "fp32", "tf32") is None
+    assert dtype_ratio("NVIDIA A100", "fp32", "fp8") is None  # the A100 row has no fp8 peak
+
+
+def test_kernels_of_overlapping_streams_count_once():
+    # AlexNet on an A100: some kernels of its streams run at the same time; the share of the GPU's
+    # time its FP32 GEMMs take is over the GPU's busy time (the union), not the kernels' summed
+    # durations (0.2452 before, the overlap counted twice)
+    from profcallbacks.report.analyse.diagnoses.registry import diagnose
+    from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
+    from profcallbacks.report.read.traces import read_trace_file
+
+    cap = read_trace_file(Path(__file__).parent / "data" / "gpu-traces" /
+                          "alexnet_critical_path.pt.trace.json.gz").capture
+    steady = [k for k in cap.kernels if k.cat == "kernel"
+              and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts)]
+    assert gpu_time(steady) < sum(k.dur for k in steady)  # the streams overlap
+    [d] = [d for d in diagnose(cap)[0] if d.kind == "fp32_compute"]
+    share = d.details["fp32_ms"] * cap.n_steps * 1e3 / gpu_time(steady)
+    assert d.details["gpu_share"] == pytest.approx(share, abs=2e-4)
+    assert d.details["gpu_share"] > 0.2460

@@ -388,7 +388,7 @@ class CaptureController:
                            trigger=window.trigger, first_step=window.first_active,
                            steps=tuple(capture.spans), partial=partial, pid=os.getpid(),
                            tid=self._tid, rank=self._rank, backend=_backend(),
-                           export_overlap=capture.overlaps_export)
+                           export_overlap=capture.overlaps_export, cpu=capture.cpu_figures())
 
     def close(self, *, failed: bool) -> None:
         """Export a window still open as partial, then wait for the exports to finish."""

@@ -44,6 +44,8 @@ def postprocess(trace: dict[str, Any], info: CaptureInfo) -> dict[str, Any]:
     }
     if info.budget is not None:
         trace["profcallbacks"]["budget"] = info.budget
+    if info.cpu is not None:
+        trace["profcallbacks"]["cpu"] = info.cpu
     return trace
 
 

@@ -12,6 +12,7 @@ from torch.profiler import profile
 
 from profcallbacks.capture.planner import Window
 from profcallbacks.core.capture_info import StepSpan
+from profcallbacks.core.cpu_load import CpuLoad
 from profcallbacks.options.trace import TraceOptions
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class TraceCapture:
         self.overlaps_export = False  # began while an earlier capture was still being exported
         self.measure_first = measure_first  # its first step is saved on its own, to be measured
         self.pieces: list[tuple[Path, int]] = []  # raw traces saved so far, and their bytes
+        self.load = CpuLoad()  # how busy the machine was while it recorded
 
     @property
     def recording(self) -> bool:
@@ -59,6 +61,7 @@ class TraceCapture:
         if self._state == "warm":
             self._profiler.start_trace()
             self._state = "recording"
+            self.load.start()
 
     def cut(self) -> Any:
         """Stop the profiler after the first recorded step, to save that step on its own; the
@@ -76,6 +79,15 @@ class TraceCapture:
 
     def add_span(self, step: int, start_ns: int, end_ns: int) -> None:
         self.spans.append(StepSpan(step, start_ns, end_ns))
+        self.load.mark()
+
+    def cpu_figures(self) -> dict[str, Any] | None:
+        """The machine's load while this capture recorded (``core.cpu_load``), or ``None``."""
+        try:
+            return self.load.figures(torch.get_num_threads())
+        except Exception as exc:  # the figures are never worth the capture
+            log.warning("profcallbacks: the capture's CPU load is left out (%s).", exc)
+            return None
 
     def stop(self) -> Any | None:
         """Stop the profiler; returns it when it recorded anything, for export."""
@@ -84,6 +96,8 @@ class TraceCapture:
             return None
         if state == "warm":  # kineto stops cleanly only from a started trace
             self._profiler.start_trace()
+        else:
+            self.load.stop()
         self._profiler.stop_trace()
         return self._profiler if state == "recording" else None
 

@@ -36,3 +36,4 @@ class CaptureInfo:
     findings: tuple[dict[str, Any], ...] = ()  # the rank's findings at its end, for its track
     # the loader workers' spans: (worker, batch index, "fetch"/"collate"/"send", start, end ns)
     loader: tuple[tuple[int, int, str, int, int], ...] = ()
+    cpu: dict[str, Any] | None = None  # the machine's load while it recorded (core/cpu_load.py)

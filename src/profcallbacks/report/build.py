@@ -10,7 +10,6 @@ from profcallbacks.findings import CAPTURE_VERDICT, SYNC_POINT
 from profcallbacks.report.analyse.advice import RunContext, finding_advice, run_context, without_advice
 from profcallbacks.report.analyse.captures import (
     UNHEALTHY_TRIGGERS,
-    capture_analysis,
     public_metrics,
     rank_verdicts,
     run_verdict,
@@ -19,17 +18,18 @@ from profcallbacks.report.analyse.compile import compile_diagnoses, compile_repo
 from profcallbacks.report.analyse.coverage import slower_than_captured
 from profcallbacks.report.analyse.expert import fit_to_run, pool_diagnoses, with_peak
 from profcallbacks.report.analyse.memory import memory_report
-from profcallbacks.report.analyse.ranks import detail_ranks, job_view, keep_detail
-from profcallbacks.report.analyse.stats import breakdown, clean_intervals, step_stats, top_operators
-from profcallbacks.report.analyse.verdict import with_stragglers
+from profcallbacks.report.analyse.metrics_fold import CaptureFold
+from profcallbacks.report.analyse.ranks import DETAIL_UP_TO, detail_ranks, job_view
+from profcallbacks.report.analyse.stats import clean_intervals, step_stats
+from profcallbacks.report.analyse.trace_fold import RunTraces, StepSums
+from profcallbacks.report.analyse.verdict import WAITING_KINDS, with_stragglers
 from profcallbacks.report.read.budgets import capture_budget, merged_trace, removed_captures
 from profcallbacks.report.read.files import ReadError, read_jsonl, why_not_a_trace
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.read.restarts import split_runs
 from profcallbacks.report.read.summaries import SummaryUse
-from profcallbacks.report.read.traces import TraceSummary
-from profcallbacks.report.summarize import read_one
+from profcallbacks.report.summarize import detail_rows, pooled_part, read_one
 
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
@@ -85,18 +85,21 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     interval_rows = split.rows
     findings = sorted(({k: v for k, v in f.items() if k != "run"} for f in split.findings),
                       key=lambda f: (_int(f["step"]), _int(f["rank"])))  # as Finding.to_dict()
-    traces: list[TraceSummary] = []
-    healthy: list[TraceSummary] = []
+    traces = RunTraces()  # every trace folded in as read: thousands of ranks, running totals
     captures: list[dict[str, Any]] = []
-    file_analyses: list[list[dict[str, Any]]] = []  # per capture: its files' analyses, pooled below
+    file_folds: list[tuple[CaptureFold, list[dict[str, Any]]]] = []  # per capture: pooled, votes
     file_rows: list[list[dict[str, Any]]] = []  # per capture: its ranks' rows (job_view)
-    earlier_paths: set[Path] = set()
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
     for capture in run.captures:
-        files = []
+        files: list[dict[str, Any]] = []
         rank_rows: list[dict[str, Any]] = []
-        analyses: list[dict[str, Any]] = []
+        fold = CaptureFold()  # its files' analyses pooled as read: the verdict is made below
+        votes: list[dict[str, Any]] = []  # each rank's own verdict
+        run_number = split.capture_run.get(capture.directory.name, split.runs)
+        healthy, earlier = capture.trigger not in UNHEALTHY_TRIGGERS, run_number != split.runs
+        steps_of = StepSums()
+        many = len(capture.files) > DETAIL_UP_TO  # per-step rows later, for stand-out ranks only
         for path in capture.files:
             entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
             try:
@@ -107,13 +110,12 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                              gpu_breakdown=None, source="trace")
             else:
                 entry["source"] = row["source"]
-                rank_rows.append(row)
-                traces.append(summary)
+                rank_rows.append(dict(row, entry=len(files)))
+                traces.add(summary, healthy=healthy, earlier=earlier)
+                steps_of.add(summary, keep=not many)
                 if summary.bad_events:
                     problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
                                      f"malformed event(s), e.g. {summary.bad_example}"})
-                if capture.trigger not in UNHEALTHY_TRIGGERS:
-                    healthy.append(summary)
                 not_understood = summary.format.problem()
                 if not_understood:
                     problems.append({"file": str(path), "error": not_understood})
@@ -121,46 +123,44 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
                 problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
                              if not (summary.bad_events and p.startswith("skipped"))]  # said above
                 if analysis and not not_understood:  # no verdict from operators it cannot see
-                    analyses.append(dict(analysis, rank=summary.rank))
+                    part = pooled_part(analysis, summary.rank)
+                    fold.add(part)  # a rank's kind, share and close call do not need the run's
+                    votes += rank_verdicts([part], sync_sites)  # context (it words the advice)
                 entry.update(rank=summary.rank, worker=summary.worker,
                              steps=[s["step"] for s in summary.steps], readable=True,
                              gpu_breakdown=analysis.get("gpu_breakdown"),
-                             host_steps=analysis.get("host", {}).get("per_step", []),
+                             host_steps=None if many else analysis.get("host", {}).get("per_step", []),
                              export_overlap=summary.export_overlap,
                              trace_format=summary.format.public(), budget=summary.budget)
+                del summary, analysis
             files.append(entry)
         if not capture.files:
             problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
         steps = sorted({s for f in files for s in f["steps"]})
-        in_capture = set(capture.files)  # a set: thousands of ranks per capture
-        run_number = split.capture_run.get(capture.directory.name, split.runs)
-        if run_number != split.runs:  # an earlier run's capture: listed, never merged
-            earlier_paths.update(capture.files)
         captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
                          "run": run_number,
                          "first_step": capture.first_step, "steps": steps,
                          "partial": capture.partial, "files": files,
-                         "breakdown": breakdown([t for t in traces if t.path in in_capture]),
+                         "breakdown": steps_of.result(),
                          "export_overlap": any(f.get("export_overlap") for f in files),
                          "budget": capture_budget(files),
                          "merged": merged_trace(capture.merged, run.root) if capture.merged
                          else None})
-        file_analyses.append(analyses)
+        file_folds.append((fold, votes))
         file_rows.append(rank_rows)
-    names = {n for t in traces for n in t.cpu_ops}
-    context = run_context([t.format for t in traces], findings, names,
-                          max([1] + [t.world_size for t in traces]))
+    context = run_context(traces.formats(), findings, traces.names, max(1, traces.world_size))
     previous: str | None = None
-    for c, analyses, rows in zip(captures, file_analyses, file_rows, strict=True):
-        pooled = capture_analysis(analyses, sync_sites, context=context, previous=previous)
+    for c, (fold, votes), rows in zip(captures, file_folds, file_rows, strict=True):
+        pooled = fold.result(sync_sites, context=context, previous=previous)
         c["verdict"], c["metrics"] = pooled["verdict"], pooled["metrics"]
         c["diagnoses"] = fit_to_run(_with_sites(pooled["diagnoses"], sync_sites), context)
         c["throughput"] = with_peak(pooled["throughput"], peak_tflops)
-        c["rank_verdicts"] = rank_verdicts(analyses, sync_sites, context=context)
-        c["ranks_differ"] = ranks_differ(c["rank_verdicts"])
+        c["rank_verdicts"] = votes
         c["job"] = job_view(rows, c["rank_verdicts"])
+        c["ranks_differ"] = ranks_differ(c["rank_verdicts"], [s["rank"] for s in (
+            c["job"] or {}).get("stragglers", [])])
         c["verdict"] = with_stragglers(c["verdict"], c["job"])
-        _keep_detail(c)
+        _keep_detail(c, rows, use_summaries=summaries)
         if c["verdict"] and c["trigger"] not in UNHEALTHY_TRIGGERS:
             previous = c["verdict"]["kind"]
     latest = [c for c in captures if c["run"] == split.runs]
@@ -175,9 +175,9 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     if verdict is not None and far is not None:  # the verdict says what it describes
         verdict = dict(verdict, evidence=[far["message"], *verdict["evidence"]],
                        slower_than_captured=far)
-    ranks = sorted({r["rank"] for r in intervals} | {t.rank for t in traces}
+    ranks = sorted({r["rank"] for r in intervals} | traces.ranks
                    | {_int(f["rank"]) for f in findings} | set(run.steps_files) | set(run.findings_files))
-    world_size = max([len(ranks)] + [t.world_size for t in traces])
+    world_size = max(len(ranks), traces.world_size)
     run_steps = step_stats(intervals)
     compiled = compile_report(interval_rows, findings)
     run_diagnoses = sorted(run_diagnoses + compile_diagnoses(compiled, run_steps),
@@ -196,12 +196,9 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "diagnoses": run_diagnoses,
         "run_context": context.public(),
         "earlier_runs": split.earlier,
-        "breakdown": _without_detail(breakdown([t for t in healthy or traces
-                                                if t.path not in earlier_paths]
-                                               or healthy or traces), captures),
+        "breakdown": traces.breakdown(_run_steps(captures, *traces.chosen(), split.runs)),
         "captures": captures,
-        "top_operators": top_operators([t for t in traces if t.path not in earlier_paths]
-                                       or traces, top),
+        "top_operators": traces.top_operators(top),
         "findings": findings,
         "findings_by_kind": group_findings(findings, context, verdict),
         "memory": memory_report(interval_rows, findings),
@@ -209,29 +206,35 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
         "compile": compiled,
         "problems": problems,
         "summaries": use.public(),
-        "readable": bool(intervals or findings or traces),
+        "readable": bool(intervals or findings or traces.count),
     }
 
 
-def _keep_detail(capture: dict[str, Any]) -> None:
-    """A capture of many ranks keeps per-step rows only for the ranks that stand out."""
-    ranks = detail_ranks(capture["job"])
-    if ranks is None:
+def _keep_detail(capture: dict[str, Any], rows: list[dict[str, Any]], *,
+                 use_summaries: bool) -> None:
+    """A capture of many ranks keeps per-step rows only for the ranks that stand out: read again
+    (from their summaries) once the job view has named them."""
+    if len(capture["files"]) <= DETAIL_UP_TO:
         return
-    for f in capture["files"]:
-        if f.get("rank") not in ranks:
-            f.pop("host_steps", None)
+    again = detail_rows(rows, detail_ranks(capture["job"]), summaries=use_summaries)
+    kept = {index: host_steps for index, _, host_steps in again}
+    for index, f in enumerate(capture["files"]):
+        if "host_steps" in f:  # set in its place (the report's keys keep their order)
+            if index in kept:
+                f["host_steps"] = kept[index]
+            else:
+                f.pop("host_steps")
     if capture["breakdown"]:
-        capture["breakdown"]["per_step"] = keep_detail(capture["breakdown"]["per_step"], ranks)
+        capture["breakdown"]["per_step"] = [s for _, steps, _ in again for s in steps]
 
 
-def _without_detail(bd: dict[str, Any] | None,
-                    captures: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run's breakdown with per-step rows of large captures only for their stand-out ranks."""
-    if bd is not None:
-        for c in captures:
-            bd["per_step"] = keep_detail(bd["per_step"], detail_ranks(c["job"]), c["directory"])
-    return bd
+def _run_steps(captures: list[dict[str, Any]], healthy: bool, latest: bool,
+               runs: int) -> list[dict[str, Any]]:
+    """The per-step rows of the run's breakdown: those its captures kept, of the captures it
+    is made of (``RunTraces.chosen``)."""
+    return [dict(s) for c in captures if c["breakdown"]
+            and (not healthy or c["trigger"] not in UNHEALTHY_TRIGGERS)
+            and (not latest or c["run"] == runs) for s in c["breakdown"]["per_step"]]
 
 
 def _with_sites(diagnoses: list[dict[str, Any]], sync_sites: list[str]) -> list[dict[str, Any]]:
@@ -289,11 +292,14 @@ def _same_advice(advice: str | None, shown: str) -> bool:
     return bool(advice and shown) and str(advice).rstrip(". ").split(";")[0].strip() in shown
 
 
-def ranks_differ(verdicts: list[dict[str, Any]]) -> str | None:
+def ranks_differ(verdicts: list[dict[str, Any]],
+                 waiting_for: list[int] | None = None) -> str | None:
     """Which rank got another verdict than the others in one capture, and why; ``None`` if none.
 
     Ranks whose kinds differ only by a close call (one's kind is the other's ``close_to``) do the
-    same work within the verdict's margin: the sentence says so.
+    same work within the verdict's margin: the sentence says so. Ranks bound by waiting
+    (``WAITING_KINDS``) in a capture with stragglers (``waiting_for``, not among them) wait for
+    those: the sentence names them.
     """
     kinds = [v["kind"] for v in verdicts]
     if len(set(kinds)) <= 1:
@@ -305,6 +311,11 @@ def ranks_differ(verdicts: list[dict[str, Any]]) -> str | None:
     ranks = ", ".join(f"rank {v['rank']} {v['kind']} ({v['share']:.0%})" for v in odd)
     if close:
         return f"{ranks} against {usual} on the others: a close call within the margin, same work"
+    if waiting_for and all(v["kind"] in WAITING_KINDS for v in odd) and not (
+            {v["rank"] for v in odd} & set(waiting_for)):
+        late = ", ".join(map(str, waiting_for[:8])) + (" ..." if len(waiting_for) > 8 else "")
+        return (f"{ranks} against {usual} on the others: they wait in the collectives for the "
+                f"straggler rank{'s' if len(waiting_for) > 1 else ''} {late}, which arrive late")
     return (f"{ranks} against {usual} on the others: that rank spends its step differently "
             "(see its numbers in the capture's files)")
 

@@ -27,6 +27,8 @@ from profcallbacks.core.collector import gc_paused
 from profcallbacks.core.ranks import launcher_ranks
 from profcallbacks.report.analyse.captures import analyse_trace
 from profcallbacks.report.analyse.rank_summary import collective_calls, host_of, summary_record
+from profcallbacks.report.analyse.ranks import call_waits, parts
+from profcallbacks.report.analyse.trace_fold import step_rows
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.summaries import SummaryUse, read_summary
 from profcallbacks.report.read.traces import TraceSummary, read_trace_file
@@ -34,12 +36,39 @@ from profcallbacks.report.read.traces import TraceSummary, read_trace_file
 log = logging.getLogger(__name__)
 
 
-def rank_row(record: dict[str, Any], source: str) -> dict[str, Any]:
-    """What the job view (``report/analyse/ranks.py``) reads of one rank's file."""
+def rank_row(record: dict[str, Any], source: str, path: Path) -> dict[str, Any]:
+    """What the job view (``report/analyse/ranks.py``) reads of one rank's file, in numbers
+    only (a job of thousands of ranks keeps one such row per rank): its parts of the step and
+    its collectives' waits."""
     analysis = record.get("analysis") or {}
+    metrics = analysis.get("metrics")
     return {"source": source, "rank": record.get("rank"), "host": record.get("host"),
-            "worker": record.get("worker"), "metrics": analysis.get("metrics"),
-            "collectives": record.get("collectives") or []}
+            "parts": parts(metrics) if metrics else None,
+            "collectives": call_waits(record.get("collectives") or []), "path": path}
+
+
+def pooled_part(analysis: dict[str, Any], rank: int) -> dict[str, Any]:
+    """What the capture's pooled verdict and its rank verdicts read of one file's analysis
+    (``captures.capture_analysis``, ``rank_verdicts``): not its per-step rows."""
+    return {**{k: analysis[k] for k in ("metrics", "diagnoses", "throughput") if k in analysis},
+            "rank": rank}
+
+
+def detail_rows(rows: list[dict[str, Any]], ranks: set[Any] | None, *,
+                summaries: bool = True) -> list[tuple[int, list[dict[str, Any]], Any]]:
+    """``(entry, per-step rows, host per-step rows)`` of the ``rows`` of ``ranks`` (all when
+    ``None``), read again: a large capture keeps them only for the ranks that stand out."""
+    out = []
+    for row in rows:
+        if ranks is not None and row["rank"] not in ranks:
+            continue
+        try:
+            summary, _ = read_one(row["path"], SummaryUse(), summaries=summaries)
+        except ReadError:  # gone since: its rows are left out
+            continue
+        out.append((row["entry"], step_rows(summary),
+                    (summary.analysis or {}).get("host", {}).get("per_step", [])))
+    return out
 
 
 def read_one(path: Path, use: SummaryUse, *,
@@ -54,14 +83,14 @@ def read_one(path: Path, use: SummaryUse, *,
     if summaries:
         found = read_summary(path, use)
         if found is not None:
-            return found[0], rank_row(found[1], "summary")
+            return found[0], rank_row(found[1], "summary", path)
     use.parsed += 1
     model = read_trace_file(path)
     summary = model.summary
     summary.analysis = analyse_trace(model)
     row = rank_row({"rank": summary.rank, "host": host_of(summary.worker),
                     "worker": summary.worker, "analysis": summary.analysis,
-                    "collectives": collective_calls(model.scan, summary.steps)}, "trace")
+                    "collectives": collective_calls(model.scan, summary.steps)}, "trace", path)
     del model
     return summary, row
 

@@ -18,8 +18,9 @@ from profcallbacks.report.analyse.advice import RunContext
 from profcallbacks.report.analyse.diagnoses.registry import diagnose, with_gpu_span
 from profcallbacks.report.analyse.diagnoses.startup import graph_capture
 from profcallbacks.report.analyse.diagnoses.throughput import throughput
-from profcallbacks.report.analyse.expert import pool_diagnoses, pool_throughput
+from profcallbacks.report.analyse.expert import pool_diagnoses
 from profcallbacks.report.analyse.host_side import host_side
+from profcallbacks.report.analyse.metrics_fold import METRIC_KEYS, CaptureFold, MetricsFold
 from profcallbacks.report.analyse.verdict import decide
 from profcallbacks.report.model.capture import Capture
 from profcallbacks.report.read.events import Scan
@@ -27,8 +28,7 @@ from profcallbacks.report.read.traces import TraceModel
 
 log = logging.getLogger(__name__)
 
-_METRIC_KEYS = ("step_ms", "data_wait_ms", "cpu_ops_ms", "sync_ms", "optimizer_ms", "comm_call_ms",
-                "comm_exposed_ms")
+_METRIC_KEYS = METRIC_KEYS
 
 
 def analyse_trace(model: TraceModel) -> dict[str, Any]:
@@ -99,75 +99,10 @@ def analyse_scan(found: Scan, cpu_ops: dict[str, list[float]],
 
 def pool(metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per-step metrics over several files or captures (step-weighted means)."""
-    metrics = [m for m in metrics if m.get("step_ms") or m.get("gpu")]  # GPU events only: its span
-    if not metrics:
-        return None
-    steps = sum(max(m["steps"], 1) for m in metrics)
-    out: dict[str, Any] = {k: sum(m[k] * max(m["steps"], 1) for m in metrics) / steps
-                           for k in _METRIC_KEYS}
-    out["steps"] = steps
-    gpus = [m["gpu"] for m in metrics if m["gpu"] is not None]
-    out["gpu"] = gpus[0] if len(gpus) == 1 else _pool_gpu(gpus) if gpus else None
-    for key, value in (("top_syncs", "ms"), ("top_cpu_ops", "self_ms")):
-        acc: dict[str, float] = {}
-        for m in metrics:
-            for row in m[key]:
-                acc[row["name"]] = acc.get(row["name"], 0.0) + row[value] / len(metrics)
-        out[key] = [{"name": n, value: v} for n, v in sorted(acc.items(), key=lambda kv: -kv[1])[:3]]
-    out["critical_path"] = _pool_paths([m.get("critical_path") for m in metrics])
-    out["graph_capture"] = next((m["graph_capture"] for m in metrics if m.get("graph_capture")),
-                                None)
-    dtypes = [m["dtype"] for m in metrics if m.get("dtype")]
-    out["dtype"] = max(dtypes, key=dtypes.count) if dtypes else None
-    return out
-
-
-_PATH_MS = ("length_ms", "gpu_ms", "launch_ms", "host_ms", "data_ms")
-
-
-def _pool_paths(paths: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """Step-weighted mean of several files' or captures' critical paths (None without any)."""
-    known = [p for p in paths if p and p.get("steps")]
-    if not known:
-        return None
-    steps = sum(int(p["steps"]) for p in known)
-    out: dict[str, Any] = {k: sum(p[k] * p["steps"] for p in known) / steps for k in _PATH_MS}
-    length = out["length_ms"]
-    out["gpu_share"] = out["gpu_ms"] / length if length > 0 else 0.0
-    out["host_share"] = 1.0 - out["gpu_share"] if length > 0 else 0.0
-    out["host_share_median"] = sum(p.get("host_share_median", p["host_share"]) * p["steps"]
-                                   for p in known) / steps
-    out["bound"] = "gpu" if out["host_share_median"] <= 0.5 else "host"
-    out["steps"] = steps
-    return out
-
-
-def _pool_gpu(gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """Span-weighted mean of several GPU breakdowns (one per rank or capture)."""
-    span = sum(g["span_ms"] for g in gpus)
-    out = dict(gpus[0])
-    out["span_ms"] = span
-    for key in ("idle_share", "compute_share", "non_compute_share", "comm_share",
-                "comm_exposed_share", "memcpy_share"):
-        out[key] = sum(g[key] * g["span_ms"] for g in gpus) / span
-    for key in ("comm_overlap_share", "idle_host_wait_share", "idle_kernel_wait_share",
-                "idle_other_share", "short_kernel_share", "launch_delay_median_us"):
-        values = [g[key] for g in gpus if g[key] is not None]
-        out[key] = sum(values) / len(values) if values else None
-    out["kernels"] = sum(g["kernels"] for g in gpus)
-    memcpy: dict[str, dict[str, float]] = {}
-    for g in gpus:
-        for name, row in g["memcpy"].items():
-            acc = memcpy.setdefault(name, {"count": 0, "ms": 0.0})
-            acc["count"] += row["count"]
-            acc["ms"] += row["ms"]
-    out["memcpy"] = memcpy
-    kernels: dict[str, float] = {}
-    for g in gpus:
-        for row in g["top_kernels"]:
-            kernels[row["name"]] = kernels.get(row["name"], 0.0) + row["ms"]
-    out["top_kernels"] = [{"name": n, "ms": v} for n, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:3]]
-    return out
+    fold = MetricsFold()
+    for m in metrics:
+        fold.add(m)
+    return fold.result()
 
 
 def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
@@ -179,13 +114,10 @@ def capture_analysis(files: list[dict[str, Any]], sync_sites: list[str], *,
     ``previous`` is the verdict kind of the run's previous healthy capture (``decide``'s
     hysteresis); ``context`` fits the advice to the run.
     """
-    metrics = pool([f["metrics"] for f in files if "metrics" in f])
-    diagnoses = pool_diagnoses([(f"rank {f.get('rank', '-')}", f.get("diagnoses") or [])
-                                for f in files])
-    return {"metrics": metrics,
-            "verdict": decide(metrics, sync_sites, context=context, previous=previous,
-                              diagnoses=diagnoses) if metrics else None,
-            "diagnoses": diagnoses, "throughput": pool_throughput([f.get("throughput") for f in files])}
+    fold = CaptureFold()
+    for f in files:
+        fold.add(f)
+    return fold.result(sync_sites, context=context, previous=previous)
 
 
 def run_verdict(captures: list[dict[str, Any]], sync_sites: list[str], *,

@@ -11,18 +11,22 @@ the last step, each moment is charged to the dependency that arrived last:
   path goes to the host at the launch (the time between the launch and the kernel's start is
   ``launch``), else it stays on the GPU (gaps between back-to-back kernels are the GPU's);
 - on the host at ``t``: the host's own time back to the last blocking call that really waited
-  (the GPU finished its last work within ``WAIT_SLACK_US`` of the call's return, or later) is
-  ``host`` time (``data`` where the training thread waits for the data loader); there the path
-  goes to the GPU. A blocking call that returned long after the GPU went idle did not wait: it
-  stays host time.
+  (a copy call: its own copy ended while it was blocked; a sync: the GPU finished its last work
+  within ``WAIT_SLACK_US`` of the call's return, or later) is ``host`` time (``data`` where the
+  training thread waits for the data loader, ``between`` where no operator runs: Python and
+  framework code, which HTA's path leaves out); there the path goes to the GPU. A blocking
+  call that returned long after the GPU went idle did not wait: it stays host time.
 
 The walk starts at the later of the last step's host end and the end of the GPU work launched in
-the steps, and stops at the first step's start (without steps: the whole host span). Each part is
-charged to the step it falls in (what runs past the last step to the last step), the cold part of
-the capture (``Capture.cold``) left out. A fix shortens the step only as much as its side holds
-of the path: a host-side fix (fewer operators, a fused optimizer, loader workers) by at most the
-host's part, a GPU-side fix (TF32, fused attention) by at most the GPU's. With one GPU the
-walk treats all streams as one (the trace's kernels carry no stream in the capture model).
+the steps, and stops at the first step's start (without steps: the whole host span). The host's
+parts are charged to the step they fall in, the GPU's (and a late launch) to the step that
+launched the kernel, as HTA's per-step path holds its step's kernels; the cold part of the
+capture (``Capture.cold``) is left out. Checked against HTA 0.5.0 per step
+(``tests/test_critical_path.py``, ``docs/explanation/calibration.md``). A fix shortens the
+step only as much as its side holds of the path: a host-side fix (fewer operators, a fused
+optimizer, loader workers) by at most the host's part, a GPU-side fix (TF32, fused attention)
+by at most the GPU's. With one GPU the walk treats all streams as one (the trace's kernels carry
+no stream in the capture model).
 
 Example:
     >>> from profcallbacks.report.model.capture import Capture, Kernel, Op
@@ -61,7 +65,12 @@ held back by the host."""
 LAUNCH_LATENCY_US = 200.0
 """The longest a kernel takes to start after its launch on an idle GPU; one that started later
 waited on other GPU work (another stream, an event), not on the host."""
-PARTS = ("gpu", "launch", "host", "data")
+PARTS = ("gpu", "launch", "host", "between", "data")
+"""Parts of each step's row: ``host`` is the host inside operators, ``between`` the host between
+operators (Python, framework code: HTA's path leaves it out); ``host_ms`` holds both."""
+Segment = tuple[float, float, str, float | None]
+"""``(from, to, part, launch)``: a stretch of the path; ``launch`` is the launch time of the
+kernel a GPU-side stretch belongs to (it counts for the step that launched it), else ``None``."""
 
 
 @dataclass
@@ -74,6 +83,7 @@ class CriticalPath:
     data_ms: float = 0.0
     steps: int = 0
     per_step: list[dict[str, float]] = field(default_factory=list)
+    step_numbers: list[int] = field(default_factory=list)  # each ``per_step`` row's step
 
     @property
     def length_ms(self) -> float:
@@ -164,11 +174,19 @@ class _Walk:
         self.busy_starts = [s for s, _ in self.busy]
         self.waits = blocking_calls(cap)
         self.wait_ends = [c.end for c in self.waits]
-        self.data = merge((o.ts, o.end) for o in cap.ops if o.name.startswith(LOADER_PREFIXES))
+        # a copy call's own copy on the GPU (same launch time): the call returns after it, however
+        # long the host then takes to move the data on (pageable memory), as HTA's edge has it
+        self.own_copy = {k.launch_ts: k for k in kernels
+                         if k.cat == GPU_MEMCPY and k.launch_ts is not None}
+        ops = cap.ops
+        self.data = merge((ops.ts[i], ops.end[i])
+                          for i in ops.rows_named(lambda n: n.startswith(LOADER_PREFIXES)))
+        self.ops = merge((ops.ts[i], ops.end[i])
+                         for i in ops.rows_named(lambda n: not n.startswith(LOADER_PREFIXES)))
 
-    def run(self, start: float, end: float) -> list[tuple[float, float, str]]:
-        """``(from, to, part)`` segments covering ``[start, end]``, walked back from ``end``."""
-        out: list[tuple[float, float, str]] = []
+    def run(self, start: float, end: float) -> list[Segment]:
+        """Segments covering ``[start, end]``, walked back from ``end``."""
+        out: list[Segment] = []
         t, on_gpu = end, self._gpu_at(end) is not None
         guard = 4 * (len(self.kernels) + len(self.waits)) + 8
         while t > start and guard > 0:
@@ -188,13 +206,13 @@ class _Walk:
             return min(running, key=lambda k: k.ts) if running else None
         return None
 
-    def _gpu_step(self, t: float, start: float,
-                  out: list[tuple[float, float, str]]) -> tuple[float, bool]:
+    def _gpu_step(self, t: float, start: float, out: list[Segment]) -> tuple[float, bool]:
         k = self._gpu_at(t)
         if k is None:
             return t, False
         begin = max(k.ts, start)
-        out.append((begin, t, "gpu"))
+        owner = k.launch_ts
+        out.append((begin, t, "gpu", owner))
         if begin <= start:
             return start, False
         prev = bisect.bisect_right(self.ends, min(k.ts + BACK_TO_BACK_US, t)) - 1
@@ -203,27 +221,30 @@ class _Walk:
         if k.launch_ts is not None and (prev_end is None or k.launch_ts > prev_end):
             launch = max(k.launch_ts, start)  # the host launched it after the GPU ran dry
             if begin - launch <= LAUNCH_LATENCY_US:
-                out.append((launch, begin, "launch"))
+                out.append((launch, begin, "launch", owner))
                 return launch, False
             # queued far longer than a launch takes: it waited on the GPU's side (another
             # stream's event, the device), not on the host
             resume = launch if prev_end is None else max(prev_end, launch)
-            out.append((resume, begin, "gpu"))
+            out.append((resume, begin, "gpu", owner))
             return resume, prev_end is not None and prev_end >= launch
         if prev_end is None:
             return begin, False
         if prev_end < begin:  # a gap the GPU sat idle with the kernel already queued
-            out.append((max(prev_end, start), begin, "gpu"))
+            out.append((max(prev_end, start), begin, "gpu", owner))
         return max(prev_end, start), True
 
-    def _host_step(self, t: float, start: float,
-                   out: list[tuple[float, float, str]]) -> tuple[float, bool]:
+    def _host_step(self, t: float, start: float, out: list[Segment]) -> tuple[float, bool]:
         i = bisect.bisect_right(self.wait_ends, t) - 1
         while i >= 0 and self.waits[i].end > start:
             call = self.waits[i]
-            j = bisect.bisect_right(self.ends, call.end + WAIT_SLACK_US) - 1
-            k = self.kernels[j] if j >= 0 else None
-            if k is not None and k.end >= call.end - WAIT_SLACK_US and k.end > call.ts:
+            own = self.own_copy.get(call.ts) if "Synchronize" not in call.name else None
+            if own is not None and call.ts < own.end <= call.end + WAIT_SLACK_US:
+                k: Kernel | None = own
+            else:
+                j = bisect.bisect_right(self.ends, call.end + WAIT_SLACK_US) - 1
+                k = self.kernels[j] if j >= 0 else None
+            if k is not None and (k is own or k.end >= call.end - WAIT_SLACK_US) and k.end > call.ts:
                 done = min(k.end, call.end, t)  # the call waited: the GPU's work comes before
                 self._host(done, t, out)
                 return done, True
@@ -231,36 +252,57 @@ class _Walk:
         self._host(start, t, out)
         return start, False
 
-    def _host(self, begin: float, end: float, out: list[tuple[float, float, str]]) -> None:
-        """Host time ``[begin, end]``, its data-loader wait apart."""
+    def _host(self, begin: float, end: float, out: list[Segment]) -> None:
+        """Host time ``[begin, end]``: its data-loader wait, the time inside operators and the
+        time between them, each apart (their amounts; the stretch is not split in time)."""
         if end <= begin:
             return
         data = covered(self.data, begin, end)
+        inside = min(covered(self.ops, begin, end), end - begin - data)
+        between = end - begin - data - inside
         if data > 0:
-            out.append((begin, begin + data, "data"))
-        out.append((begin + data, end, "host"))
+            out.append((begin, begin + data, "data", None))
+        if between > 0:
+            out.append((begin + data, begin + data + between, "between", None))
+        out.append((begin + data + between, end, "host", None))
 
 
-def _per_step(cap: Capture, segments: list[tuple[float, float, str]]) -> CriticalPath:
-    """Segments charged to the steady steps they fall in (past the last step: the last)."""
+def _per_step(cap: Capture, segments: list[Segment]) -> CriticalPath:
+    """Segments charged to the steady steps: the GPU's work (and the late launch before it) to
+    the step that launched it, as HTA's per-step path holds the kernels its step launched (a GPU
+    that lags the host runs step N's kernels in step N+1's time); the host's time to the step
+    it falls in (past the last step: the last)."""
     bounds = [(s, e) for s, e, _ in cap.steps]
-    bounds[-1] = (bounds[-1][0], max(bounds[-1][1], max((e for _, e, _ in segments), default=0.0)))
+    bounds[-1] = (bounds[-1][0], max(bounds[-1][1], max((seg[1] for seg in segments),
+                                                        default=0.0)))
+    starts = [s for s, _ in bounds]
     cold: list[Interval] = merge(cap.cold)
+    charged: list[list[Segment]] = [[] for _ in bounds]
+    for seg in segments:
+        if seg[3] is not None:  # GPU work: the step that launched it
+            i = min(max(bisect.bisect_right(starts, seg[3]) - 1, 0), len(bounds) - 1)
+            charged[i].append(seg)
+            continue
+        for i, (s, e) in enumerate(bounds):
+            if min(seg[1], e) > max(seg[0], s):
+                charged[i].append((max(seg[0], s), min(seg[1], e), seg[2], None))
     rows: list[dict[str, float]] = []
-    for s, e in bounds:
+    numbers: list[int] = []
+    for (s, e), (_, _, number), mine in zip(bounds, cap.steps, charged, strict=True):
         if cold and covered(cold, s, e) > (e - s) / 2:
             continue  # a cold step (start-up, compilation) is not the steady state
+        numbers.append(number)
         row = dict.fromkeys(PARTS, 0.0)
-        for a, b, part in segments:
-            lo, hi = max(a, s), min(b, e)
-            if hi > lo:
-                row[part] += (hi - lo - (covered(cold, lo, hi) if cold else 0.0)) / 1e3
+        for a, b, part, _ in mine:
+            if b > a:
+                row[part] += (b - a - (covered(cold, a, b) if cold else 0.0)) / 1e3
         rows.append(row)
     n = len(rows)
-    path = CriticalPath(steps=n, per_step=[{k: round(v, 4) for k, v in r.items()} for r in rows])
+    path = CriticalPath(steps=n, per_step=[{k: round(v, 4) for k, v in r.items()} for r in rows],
+                        step_numbers=numbers)
     if n:
         path.gpu_ms = sum(r["gpu"] for r in rows) / n
         path.launch_ms = sum(r["launch"] for r in rows) / n
-        path.host_ms = sum(r["host"] for r in rows) / n
+        path.host_ms = sum(r["host"] + r["between"] for r in rows) / n
         path.data_ms = sum(r["data"] for r in rows) / n
     return path

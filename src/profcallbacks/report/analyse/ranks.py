@@ -10,7 +10,10 @@ collective, a rank that arrives early waits for the last one, so the last to arr
 For each collective call matched across ranks (same captured step, same position in it) a rank's
 lateness is the median wait of all ranks minus its own wait; a straggler is a rank whose lateness,
 summed over a step's collectives, is at least ``MIN_STEP_SHARE`` of the median step and stands
-out from the other ranks' (``OUTLIER_MADS`` median absolute deviations). Clock offsets between
+out from the other ranks' (``OUTLIER_MADS`` median absolute deviations), or comes close to the
+latest rank's while the others fall well short of it (``NEAR_WORST``, ``SET_APART``: on 8 DLRM
+ranks, three arrive 7 ms after the first in an all-to-all, one 5.5 ms and four within 3 ms; the
+median rank waits 3.4-5.2 ms per step for each of the three, under 2 ms for the others). Clock offsets between
 hosts do not matter: only durations on each rank's own clock are compared.
 
 Example:
@@ -24,15 +27,27 @@ Example:
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections import Counter, defaultdict
 from typing import Any
 
 MIN_STEP_SHARE = 0.05
 """A straggler costs the others at least this share of the median step in collective waits."""
 OUTLIER_MADS = 5.0
-"""... and its lateness lies this many median absolute deviations above the ranks' median."""
+"""... and its lateness lies this many median absolute deviations above the ranks' median ..."""
+NEAR_WORST = 0.5
+"""... or is at least this share of the latest rank's, when those ranks stand apart from the rest
+(``SET_APART``): a few late ranks among a handful (3 of 8) spread the ranks' lateness too wide for
+the deviations to tell them."""
+SET_APART = 0.75
+"""The other ranks' lateness is at most this share of the least late of those near the latest."""
+SET_APART_FROM = 4
+"""Ranks matched in collectives for ``NEAR_WORST`` to apply: with fewer, "the others" is one or two
+ranks (two unrelated traces in one directory are not a job)."""
 SHOWN_RANKS = 16
 """Ranks named per cluster or host; the rest are counted."""
+POSITION_BITS = 20
+"""A collective call's key: its step shifted by this many bits, plus its position in the step."""
 DETAIL_UP_TO = 64
 """Captures of this many ranks keep every rank's per-step rows in the report; larger ones keep
 them only for the ranks that stand out (``detail_ranks``)."""
@@ -44,7 +59,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def _parts(metrics: dict[str, Any]) -> dict[str, float]:
+def parts(metrics: dict[str, Any]) -> dict[str, float]:
     """Step time, data wait, compute and communication (ms per step) of one rank's metrics."""
     step = float(metrics.get("step_ms") or 0.0)
     gpu = metrics.get("gpu")
@@ -58,9 +73,38 @@ def _parts(metrics: dict[str, Any]) -> dict[str, float]:
             "compute_ms": compute, "comm_ms": comm}
 
 
+def _row_parts(row: dict[str, Any]) -> dict[str, float] | None:
+    """A row's parts (``summarize.rank_row``), or those of its ``metrics``."""
+    if "parts" in row:
+        return row["parts"]
+    return parts(row["metrics"]) if row.get("metrics") else None
+
+
+_SHARED_KEYS: dict[bytes, array[int]] = {}
+"""Sequences of call keys seen lately, each held once (read only)."""
+
+
+def call_waits(calls: Any) -> tuple[array[int], array[float]]:
+    """Collective calls (``[step, arrival ms, wait ms]`` each) as two arrays: each call's key
+    (step and position in it, ``step << POSITION_BITS | position``) and its wait (ms)."""
+    if isinstance(calls, tuple):
+        return calls
+    position: Counter[int] = Counter()
+    order = []
+    for step, _arrival, _wait in calls:
+        step = int(step)
+        order.append(step << POSITION_BITS | position[step])
+        position[step] += 1
+    keys = array("q", order)
+    if len(_SHARED_KEYS) >= 16:  # the ranks of a job mostly share one sequence of calls
+        _SHARED_KEYS.clear()
+    return (_SHARED_KEYS.setdefault(keys.tobytes(), keys),
+            array("d", [float(wait) for _step, _arrival, wait in calls]))
+
+
 def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per part: ``{"median", "p99", "worst", "worst_rank"}`` over the ranks (ms per step)."""
-    per_rank = [(row.get("rank"), _parts(row["metrics"])) for row in rows if row.get("metrics")]
+    per_rank = [(row.get("rank"), p) for row in rows if (p := _row_parts(row))]
     out: dict[str, dict[str, Any]] = {}
     if not per_rank:
         return out
@@ -74,32 +118,40 @@ def distributions(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def lateness(rows: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
     """Per rank: (ms per captured step the median rank waits for it in collectives, share of
-    matched collectives it arrived last in)."""
-    calls: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-    steps: dict[int, set[int]] = defaultdict(set)
+    matched collectives it arrived last in).
+
+    One collective call at a time across the ranks (each rank's calls are in key order), so
+    what it holds beyond the rows is one call's waits.
+    """
+    ranks, keys, waits = [], [], []
     for row in rows:
         rank = row.get("rank")
-        if not isinstance(rank, int):
-            continue
-        position: Counter[int] = Counter()
-        for step, _arrival, wait in row.get("collectives") or []:
-            step = int(step)
-            calls[(step, position[step])][rank] = float(wait)
-            position[step] += 1
-            steps[rank].add(step)
+        if isinstance(rank, int):
+            k, w = call_waits(row.get("collectives") or [])
+            ranks.append(rank)
+            keys.append(k)
+            waits.append(w)
     late: dict[int, float] = defaultdict(float)
     last: Counter[int] = Counter()
     matched: Counter[int] = Counter()
     quorum = max(2, len(rows) // 2)
-    for waits in calls.values():
-        if len(waits) < quorum:
+    cursor = [0] * len(ranks)
+    for key in sorted(set().union(*keys)):
+        found: dict[int, float] = {}
+        for i, rank in enumerate(ranks):
+            j = cursor[i]
+            if j < len(keys[i]) and keys[i][j] == key:
+                found[rank] = waits[i][j]
+                cursor[i] = j + 1
+        if len(found) < quorum:
             continue
-        median = statistics.median(waits.values())
-        for rank, wait in waits.items():
+        median = statistics.median(found.values())
+        for rank, wait in found.items():
             late[rank] += max(median - wait, 0.0)
             matched[rank] += 1
-        last[min(waits, key=lambda r: waits[r])] += 1
-    return {rank: (late[rank] / max(len(steps[rank]), 1), last[rank] / matched[rank])
+        last[min(found, key=lambda r: found[r])] += 1
+    steps = {rank: len({k >> POSITION_BITS for k in ks}) for rank, ks in zip(ranks, keys, strict=True)}
+    return {rank: (late[rank] / max(steps[rank], 1), last[rank] / matched[rank])
             for rank in matched}
 
 
@@ -112,7 +164,12 @@ def stragglers(rows: list[dict[str, Any]], step_ms: float) -> list[dict[str, Any
     values = [v[0] for v in found.values()]
     median = statistics.median(values)
     mad = statistics.median(abs(v - median) for v in values)
-    floor = max(MIN_STEP_SHARE * step_ms, median + OUTLIER_MADS * mad)
+    outlier = median + OUTLIER_MADS * mad
+    near = [v for v in values if v >= NEAR_WORST * max(values)]
+    rest = [v for v in values if v < NEAR_WORST * max(values)]
+    if len(values) >= SET_APART_FROM and rest and max(rest) <= SET_APART * min(near):
+        outlier = min(outlier, min(near))
+    floor = max(MIN_STEP_SHARE * step_ms, outlier)
     hosts = {row.get("rank"): row.get("host") for row in rows}
     out = [{"rank": rank, "host": hosts.get(rank), "others_wait_ms": ms, "last_share": share}
            for rank, (ms, share) in found.items() if ms > 0 and ms >= floor]

@@ -8,6 +8,7 @@ from typing import Any
 
 from profcallbacks.core.timing import median
 from profcallbacks.detect.straggler import slow_ranks
+from profcallbacks.report.analyse.trace_fold import OpTotals, StepSums
 from profcallbacks.report.read.traces import TraceSummary
 
 INTERVAL_KEYS = ("rank", "first_step", "last_step", "steps", "step_time_ms", "step_time_ms_median",
@@ -135,44 +136,15 @@ def rank_comparison(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
 
 def breakdown(traces: list[TraceSummary]) -> dict[str, Any] | None:
     """Mean breakdown of the traced steps (over every rank's ``ProfilerStep`` ranges)."""
-    rows = [s for t in traces for s in t.steps]
-    if not rows:
-        return None
-    n = len(rows)
-    step = sum(r["step_ms"] for r in rows) / n
-    out: dict[str, Any] = {"source": "traces", "steps": n, "step_ms": step}
-    for key in ("data_wait_ms", "compute_ms", "other_ms"):
-        out[key] = sum(r[key] for r in rows) / n
-        out[key.replace("_ms", "_share")] = out[key] / step if step > 0 else 0.0
-    gpu = [r["gpu_kernel_ms"] for r in rows if r["gpu_kernel_ms"] is not None]
-    out["gpu_kernel_ms"] = sum(gpu) / len(gpu) if gpu else None
-    compiled = sum(r.get("compiled_ms", 0.0) for r in rows) / n
-    out["compiled_ms"] = compiled
-    out["compiled_share"] = compiled / step if step > 0 else 0.0
-    out["per_step"] = [{"capture": t.path.parent.name, "rank": t.rank, **s}
-                       for t in traces for s in t.steps]
-    return out
+    sums = StepSums()
+    for trace in traces:
+        sums.add(trace)
+    return sums.result()
 
 
 def top_operators(traces: list[TraceSummary], limit: int) -> dict[str, list[dict[str, Any]]]:
     """The ``limit`` operators with most self time, CPU and GPU, summed over traces and ranks."""
-    steps = max(sum(len(t.steps) for t in traces), 1)
-    cpu: dict[str, list[float]] = {}
-    gpu: dict[str, list[float]] = {}
+    totals = OpTotals()
     for trace in traces:
-        for name, row in trace.cpu_ops.items():
-            acc = cpu.setdefault(name, [0, 0.0, 0.0])
-            for i in range(3):
-                acc[i] += row[i]
-        for name, row in trace.gpu_ops.items():
-            acc = gpu.setdefault(name, [0, 0.0])
-            acc[0] += row[0]
-            acc[1] += row[1]
-    cpu_rows = sorted(cpu.items(), key=lambda kv: -kv[1][1])[:limit]
-    gpu_rows = sorted(gpu.items(), key=lambda kv: -kv[1][1])[:limit]
-    return {
-        "cpu": [{"name": n, "calls": int(r[0]), "self_ms": r[1], "total_ms": r[2],
-                 "self_ms_per_step": r[1] / steps} for n, r in cpu_rows],
-        "gpu": [{"name": n, "calls": int(r[0]), "self_ms": r[1], "total_ms": r[1],
-                 "self_ms_per_step": r[1] / steps} for n, r in gpu_rows],
-    }
+        totals.add(trace)
+    return totals.top(limit)

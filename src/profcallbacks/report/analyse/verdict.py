@@ -179,7 +179,15 @@ def decide(m: dict[str, Any], sync_sites: list[str] | None = None, *,
     ctx = context or RunContext(device="cuda" if gpu else "cpu")
     if gpu and m.get("dtype") and ctx.dtype is None:  # the precision the GEMMs ran in
         ctx = replace(ctx, dtype=m["dtype"])
+    crowded = next((d for d in diagnoses or [] if d.get("kind") == "oversubscribed"), None)
+    if crowded is not None:  # the machine, before any thread advice
+        ctx = replace(ctx, contended=True)
+        evidence = [f"the machine is oversubscribed: {crowded['evidence'][1]}; one thread would "
+                    f"save {float(crowded['gain_share']):.0%} of the step (oversubscribed)",
+                    *evidence]
     advice = verdict_advice(kind, ctx)
+    if crowded is not None and kind != "cpu_compute_bound":
+        advice = [*crowded.get("fix", [])[:1], *advice]
     if kernels_only:
         evidence = ["the trace holds GPU events only (no CPU operators): the GPU's "
                     f"{step:.1f} ms span is read as one step; host and data wait are unknown",

@@ -15,7 +15,12 @@ Example:
 from __future__ import annotations
 
 import bisect
+import math
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
+from operator import le
 from typing import Any
 
 import msgspec
@@ -70,6 +75,109 @@ class Kernel(msgspec.Struct, gc=False):
         return self.end - self.ts
 
 
+class OpTable:
+    """Every CPU operator and annotation of a trace as columns, in the order read (times in us).
+
+    An operator is a row: ``ts[i]``, ``end[i]``, ``names[name[i]]``, ``tids[tid[i]]`` and
+    ``chains[parent[i]]`` (the names of the operators enclosing it, outermost first). About 28
+    bytes a row instead of ~150 for an ``Op`` object with its floats: a trace of 10^7 operators
+    fits in a few hundred MB. Rules that want objects take them for the rows they select
+    (:meth:`named`, :meth:`op`); iterating the table makes one ``Op`` per row, for the few rules
+    that walk every operator of small traces.
+
+    Example:
+        >>> table = OpTable.of([Op(0.0, 5.0, "aten::mm", 1), Op(1.0, 2.0, "aten::t", 1, ("aten::mm",))])
+        >>> len(table), [o.name for o in table.named(lambda n: n.endswith("t"))]
+        (2, ['aten::t'])
+    """
+
+    def __init__(self) -> None:
+        self.ts = array("d")
+        self.end = array("d")
+        self.name = array("i")  # index into names
+        self.tid = array("i")  # index into tids
+        self.parent = array("i")  # index into chains; filled by :meth:`unnested` until nested
+        self.names: list[str] = []
+        self.tids: list[Any] = []
+        self.chains: list[tuple[str, ...]] = [()]
+        self._name_ids: dict[str, int] = {}
+        self._tid_ids: dict[Any, int] = {}
+
+    @classmethod
+    def of(cls, ops: Iterable[Op]) -> OpTable:
+        """The table of ``ops`` (their ``parents`` kept)."""
+        table = cls()
+        chain_ids: dict[tuple[str, ...], int] = {(): 0}
+        for op in ops:
+            table.append(op.ts, op.end, op.name, op.tid)
+            table.parent.append(0)
+            chain = chain_ids.get(op.parents)
+            if chain is None:
+                chain = chain_ids[op.parents] = len(table.chains)
+                table.chains.append(op.parents)
+            table.parent[-1] = chain
+        return table
+
+    def unnested(self) -> None:
+        """Gives every row the empty chain of parents, where rows were appended without."""
+        self.parent = array("i", bytes(4 * len(self.ts)))
+
+    def append(self, ts: float, end: float, name: str, tid: Any) -> None:
+        """Adds a row without its parents (the ``parent`` column is filled after the last row:
+        :meth:`unnested`, then the nesting)."""
+        ids = self._name_ids
+        n = ids.get(name)
+        if n is None:
+            n = ids[name] = len(self.names)
+            self.names.append(name)
+        try:
+            t = self._tid_ids.get(tid)
+            hashable = True
+        except TypeError:  # a pid/tid a hostile trace made a list: a thread of its own
+            t, hashable = None, False
+        if t is None:
+            t = len(self.tids)
+            self.tids.append(tid)
+            if hashable:
+                self._tid_ids[tid] = t
+        self.ts.append(ts)
+        self.end.append(end)
+        self.name.append(n)
+        self.tid.append(t)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __bool__(self) -> bool:
+        return len(self.ts) > 0
+
+    def op(self, i: int) -> Op:
+        """Row ``i`` as an ``Op``."""
+        return Op(self.ts[i], self.end[i], self.names[self.name[i]], self.tids[self.tid[i]],
+                  self.chains[self.parent[i]])
+
+    def __iter__(self) -> Iterator[Op]:
+        return map(self.op, range(len(self.ts)))
+
+    def name_ids(self, test: Callable[[str], bool]) -> set[int]:
+        """The ids of the names that pass ``test`` (each name tested once)."""
+        return {i for i, name in enumerate(self.names) if test(name)}
+
+    def rows_named(self, test: Callable[[str], bool]) -> list[int]:
+        """The rows whose name passes ``test``, in table order."""
+        wanted = self.name_ids(test)
+        if not wanted:
+            return []
+        if len(wanted) == 1:
+            (only,) = wanted
+            return [i for i, n in enumerate(self.name) if n == only]
+        return [i for i, n in enumerate(self.name) if n in wanted]
+
+    def named(self, test: Callable[[str], bool]) -> list[Op]:
+        """The operators whose name passes ``test``, in table order."""
+        return [self.op(i) for i in self.rows_named(test)]
+
+
 @dataclass
 class Capture:
     """One trace as the rules see it (times in us).
@@ -80,7 +188,7 @@ class Capture:
     """
 
     steps: list[tuple[float, float, int]]
-    ops: list[Op]
+    ops: OpTable  # a list of ``Op`` is made a table
     runtime: list[Op]
     kernels: list[Kernel]
     frames: dict[Any, list[Op]]
@@ -92,9 +200,12 @@ class Capture:
     replayed: bool = False  # CUPTI range profiling replayed each kernel: host timings are its own
     cold: list[Span] = field(default_factory=list)
     sync_sites: list[str] = field(default_factory=list)
+    cpu_load: dict[str, Any] | None = None  # the machine's load while it recorded (core/cpu_load.py)
     _starts: list[float] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.ops, OpTable):
+            self.ops = OpTable.of(self.ops)
         self.steps.sort()
         self._starts = [s for s, _, _ in self.steps]
 
@@ -124,6 +235,23 @@ class Capture:
             return False
         cold = self.cold
         return not cold or not any(s <= ts <= e for s, e in cold)
+
+    def rows_in_steps(self) -> Iterator[int]:
+        """The rows of ``ops`` that :meth:`in_steps` keeps, in table order, one at a time (a
+        bisection per step, no test per row, where the table is in start order as most traces
+        are read)."""
+        ts = self.ops.ts
+        if self.cold or not all(map(le, ts, islice(ts, 1, None))):
+            inside = self.in_steps
+            return (i for i, t in enumerate(ts) if inside(t))
+        ranges = []
+        steps = self.steps
+        for i, (start, end, _) in enumerate(steps):  # as in_steps: the last step started
+            after = steps[i + 1][0] if i + 1 < len(steps) else math.inf
+            if after != start:
+                ranges.append(range(bisect.bisect_left(ts, start),
+                                    min(bisect.bisect_right(ts, end), bisect.bisect_left(ts, after))))
+        return chain.from_iterable(ranges)
 
     def per_step(self, total_us: float) -> tuple[float, float]:
         """``(gain_ms, gain_share)`` of ``total_us`` spread over the captured steps."""

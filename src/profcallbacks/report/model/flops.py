@@ -13,6 +13,7 @@ the usual MFU definition.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MATMULS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
@@ -88,3 +89,59 @@ def _conv_forward(dims: list[Any], concrete: Any) -> float | None:
     if any(o <= 0 for o in out):
         return None
     return 2.0 * x[0] * weight[0] * math.prod(out) * math.prod(weight[1:])
+
+
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # dense datasheet peaks, TFLOP/s (NVIDIA and AMD data sheets; tensor-core / matrix-core
+    # figures without sparsity)
+    "B200": {"tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
+    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
+    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+    "MI300X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
+    "MI210": {"fp32": 45.3, "bf16": 181.0, "fp16": 181.0},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
+    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
+    "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+    "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
+    "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
+    "T4": {"fp32": 8.1, "fp16": 65.0},
+    "RTX 2080 Ti": {"fp32": 13.4, "fp16": 53.8},  # fp16 tensor cores, fp32 accumulate (GeForce)
+    "GP100": {"fp32": 10.3, "fp16": 20.7},  # Pascal: no tensor cores
+}
+_MATCH = (("B200", r"\bB200\b"), ("MI300X", r"MI300X"), ("MI210", r"MI210"),
+          ("RTX 2080 Ti", r"2080 ?Ti"), ("GP100", r"GP100"),
+          ("H100 PCIe", r"H100.*PCIe"), ("H100 SXM", r"H100"), ("H200", r"H200"),
+          ("A100", r"A100"), ("L40S", r"L40S"), ("L4", r"\bL4\b"), ("A10", r"\bA10G?\b"),
+          ("V100 PCIe", r"V100.*PCIE"), ("V100 SXM2", r"V100"), ("T4", r"\bT4\b"))
+"""Dense datasheet peaks (TFLOP/s) per device and dtype: the MFU denominator
+(``diagnoses/throughput.py``) and the ratio a precision change can at most speed a GEMM up by
+(:func:`dtype_ratio`, ``diagnoses/precision.py``)."""
+
+
+def device_key(name: str | None) -> str | None:
+    """The ``PEAK_TFLOPS`` row of a device name such as ``NVIDIA A100-SXM4-80GB``, or None."""
+    if not name:
+        return None
+    for key, pattern in _MATCH:
+        if re.search(pattern, name, re.IGNORECASE):
+            return key
+    return None
+
+
+def dtype_ratio(device: str | None, slow: str, fast: str) -> tuple[float, str] | None:
+    """How much faster ``fast`` GEMMs can at most run than ``slow`` ones on ``device`` (the ratio
+    of their dense datasheet peaks), with the denominator in words; ``None`` where the table
+    lacks the device or either dtype.
+
+    Example:
+        >>> dtype_ratio("NVIDIA A100-SXM4-40GB", "fp32", "tf32")
+        (8.0, 'A100 dense fp32 19.5 -> tf32 156 TFLOP/s (datasheet peaks)')
+    """
+    key = device_key(device)
+    row = PEAK_TFLOPS.get(key or "")
+    if key is None or row is None or slow not in row or fast not in row:
+        return None
+    return (row[fast] / row[slow],
+            f"{key} dense {slow} {row[slow]:g} -> {fast} {row[fast]:g} TFLOP/s (datasheet peaks)")

@@ -9,7 +9,9 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+import heapq
+from array import array
+from collections.abc import Iterable, Iterator
 
 Interval = tuple[float, float]
 
@@ -38,7 +40,11 @@ def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
     """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
     if not b:
         return [interval for interval in a if interval[0] < interval[1]]
-    out: list[Interval] = []
+    return list(subtract_iter(a, b))
+
+
+def subtract_iter(a: Iterable[Interval], b: list[Interval]) -> Iterator[Interval]:
+    """:func:`subtract` one interval at a time (``b`` not empty)."""
     j = 0
     for start, end in a:
         while j < len(b) and b[j][1] <= start:
@@ -47,12 +53,11 @@ def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
         cur = start
         while k < len(b) and b[k][0] < end:
             if b[k][0] > cur:
-                out.append((cur, b[k][0]))
+                yield (cur, b[k][0])
             cur = max(cur, b[k][1])
             k += 1
         if cur < end:
-            out.append((cur, end))
-    return out
+            yield (cur, end)
 
 
 def covered(merged: list[Interval], start: float, end: float) -> float:
@@ -64,3 +69,68 @@ def covered(merged: list[Interval], start: float, end: float) -> float:
         total += max(0.0, min(e, end) - max(s, start))
         i += 1
     return total
+
+
+class Spans:
+    """Sorted, disjoint intervals as two ``array('d')`` columns (16 bytes an interval, against
+    ~110 for a tuple of two floats in a list): the union of millions of operators.
+
+    Example:
+        >>> spans = Spans.union([[(0.0, 2.0), (1.0, 3.0), (5.0, 7.0)]])
+        >>> list(spans), spans.covered(0.0, 10.0)
+        ([(0.0, 3.0), (5.0, 7.0)], 5.0)
+    """
+
+    def __init__(self) -> None:
+        self.starts = array("d")
+        self.ends = array("d")
+
+    @classmethod
+    def union(cls, runs: Iterable[Iterable[Interval]]) -> Spans:
+        """The union of ``runs``, each in start order (as :func:`merge` gives it)."""
+        out = cls()
+        for start, end in heapq.merge(*runs):
+            out.add(start, end)
+        return out
+
+    def add(self, start: float, end: float) -> None:
+        """Adds ``(start, end)``, which starts at or after every interval added before."""
+        if end < start:
+            return
+        ends = self.ends
+        if ends and start <= ends[-1]:
+            if end > ends[-1]:
+                ends[-1] = end
+        else:
+            self.starts.append(start)
+            ends.append(end)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[Interval]:
+        return zip(self.starts, self.ends, strict=True)
+
+    def minus(self, b: list[Interval]) -> Spans:
+        """The parts not covered by merged intervals ``b`` (as :func:`subtract`)."""
+        out = Spans()
+        if not b:
+            for start, end in self:
+                if start < end:
+                    out.starts.append(start)
+                    out.ends.append(end)
+            return out
+        for start, end in subtract_iter(self, b):
+            out.starts.append(start)
+            out.ends.append(end)
+        return out
+
+    def covered(self, start: float, end: float) -> float:
+        """Length of ``[start, end]`` these intervals cover (as :func:`covered`)."""
+        starts, ends = self.starts, self.ends
+        total = 0.0
+        i = max(bisect.bisect_right(starts, start) - 1, 0)
+        while i < len(starts) and starts[i] < end:
+            total += max(0.0, min(ends[i], end) - max(starts[i], start))
+            i += 1
+        return total

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import chain
-from operator import attrgetter
+from array import array
+from collections.abc import Sequence
+from itertools import chain, islice
+from operator import attrgetter, lt
 from typing import Any
 
 from profcallbacks.core.trace_names import (
@@ -26,7 +28,7 @@ from profcallbacks.core.trace_names import GPU_CATEGORIES as _GPU_CATS
 from profcallbacks.core.trace_names import HOST_ONLY_CATEGORIES as HOST_ONLY_CATS
 from profcallbacks.core.trace_names import RUNTIME_CATEGORIES as _RUNTIME_CATS
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP
-from profcallbacks.report.model.capture import Capture, Device, Kernel, Op
+from profcallbacks.report.model.capture import Capture, Device, Kernel, Op, OpTable
 from profcallbacks.report.model.flops import COUNTED, shape_flops
 from profcallbacks.report.read.decode import MISSING, Args, shape_value
 
@@ -65,7 +67,7 @@ class CaptureBuilder:
     """:func:`build_capture` fed piece by piece (a streamed trace's pieces, in file order)."""
 
     def __init__(self) -> None:
-        self.ops: list[Op] = []
+        self.ops = OpTable()
         self.runtime: list[Op] = []
         self.frames: dict[Any, list[Op]] = {}
         self.kernels: list[Kernel] = []
@@ -74,7 +76,7 @@ class CaptureBuilder:
         self.steps: list[tuple[float, float, str, bool]] = []
         self.cats: set[Any] = set()
         self.flops: list[tuple[float, float]] = []
-        self.shaped: list[tuple[Op, Any]] = []
+        self.shaped: list[tuple[int, Any]] = []  # row in ops, its args
         self.thread_keys: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # one key object per thread
 
     def add(self, events: list[Any]) -> None:
@@ -82,6 +84,13 @@ class CaptureBuilder:
         ops, runtime, frames, kernels = self.ops, self.runtime, self.frames, self.kernels
         launch_of, corr_of, steps, cats = self.launch_of, self.corr_of, self.steps, self.cats
         flops, shaped, thread_keys = self.flops, self.shaped, self.thread_keys
+        put_ts, put_end, put_name, put_tid = ops.ts.append, ops.end.append, ops.name.append, ops.tid.append
+        name_ids = ops._name_ids
+        last_tid: Any = None  # the thread of the last operator, and its id in ops
+        last_id = -1
+        last_pid: Any = MISSING  # the pid and tid of the last event, and their thread key
+        last_raw: Any = MISSING
+        last_key: Any = None
         for event in events:
             try:
                 if event.ph != "X":
@@ -98,21 +107,33 @@ class CaptureBuilder:
             name = name if type(name) is str else str(name)
             end = ts + dur
             args = event.args if isinstance(event.args, Args) else None
-            tid = (event.pid, event.tid)
-            try:
-                tid = thread_keys.setdefault(tid, tid)
-            except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
-                pass
+            pid, raw_tid = event.pid, event.tid
+            if type(pid) is int and type(raw_tid) is int and pid == last_pid and raw_tid == last_raw:
+                tid = last_key  # the same thread as the last event: no key made
+            else:
+                tid = (pid, raw_tid)
+                try:
+                    tid = thread_keys.setdefault(tid, tid)
+                except TypeError:  # a pid or tid a hostile trace made a list: kept as it is
+                    pass
+                last_pid, last_raw, last_key = pid, raw_tid, tid
             if cat in _HOST_CATS:
-                if name.startswith(_STEP):
+                n = name_ids.get(name)  # a name in the table is no step's
+                if n is None and name.startswith(_STEP):
                     steps.append((ts, end, name, bool(args is not None and args.profcallbacks)))
                     continue
-                op = Op(ts, end, name, tid)
-                ops.append(op)
+                if n is None or tid is not last_tid:  # a new name or thread: the table's way
+                    ops.append(ts, end, name, tid)
+                    last_tid, last_id = tid, ops.tid[-1]
+                else:
+                    put_ts(ts)
+                    put_end(end)
+                    put_name(n)
+                    put_tid(last_id)
                 if args is not None and isinstance(args.flops, (int, float)) and args.flops > 0:
                     flops.append((ts, float(args.flops)))
                 elif args is not None and name in COUNTED:
-                    shaped.append((op, args))
+                    shaped.append((len(ops) - 1, args))
             elif cat == PYTHON_FUNCTION:
                 frames.setdefault(tid, []).append(Op(ts, end, name, tid))
             elif cat in _RUNTIME_CATS:
@@ -136,12 +157,13 @@ class CaptureBuilder:
         _nest(ops, runtime)
         source = "with_flops" if flops else None
         if not flops:
-            for op, args in self.shaped:
-                if any(p in COUNTED for p in op.parents):
+            for row, args in self.shaped:
+                if any(p in COUNTED for p in ops.chains[ops.parent[row]]):
                     continue  # counted once, at the outermost counted operator
-                value = shape_flops(op.name, shape_value(args.dims), shape_value(args.concrete))
+                value = shape_flops(ops.names[ops.name[row]], shape_value(args.dims),
+                                    shape_value(args.concrete))
                 if value:
-                    flops.append((op.ts, value))
+                    flops.append((ops.ts[row], value))
             source = "shapes" if flops else None
         self.shaped = []
         launch_of, corr_of = self.launch_of, self.corr_of
@@ -157,8 +179,8 @@ class CaptureBuilder:
         ranges = [(s, e, _number(n)) for s, e, n, _ in steps]
         whole = False
         if not ranges and (ops or runtime):
-            ranges = [(min(o.ts for o in chain(ops, runtime)),
-                       max(o.end for o in chain(ops, runtime)), -1)]
+            ranges = [(min(chain(ops.ts, (o.ts for o in runtime))),
+                       max(chain(ops.end, (o.end for o in runtime))), -1)]
             whole = True
         for items in self.frames.values():
             items.sort(key=lambda f: (f.ts, -f.end))
@@ -170,37 +192,62 @@ class CaptureBuilder:
                        replayed=CUDA_PROFILER_RANGE in cats)
 
 
-def _nest(ops: list[Op], runtime: list[Op]) -> None:
-    """Sets ``parents`` of every operator and runtime call: the operators enclosing it on its
-    thread, outermost first.
+def _nest(ops: OpTable, runtime: list[Op]) -> None:
+    """Sets the parents of every operator (``ops.parent``) and runtime call (``parents``): the
+    operators enclosing it on its thread, outermost first.
 
     Each thread's items are visited by start, operators before runtime calls, the longest
-    first, then in the order read (stable sorts: no record per item)."""
-    threads: dict[Any, tuple[list[Op], list[Op]]] = {}
-    for item in ops:
-        threads.setdefault(item.tid, ([], []))[0].append(item)
+    first, then in the order read (stable sorts; no sort and no list of rows where a thread's
+    operators were read in start order, as in most traces)."""
+    threads: dict[Any, tuple[Sequence[int], list[Op]]] = {}
+    ops.unnested()
+    ts, tid_col = ops.ts, ops.tid
+    if len(ops.tids) == 1:
+        threads[ops.tids[0]] = (range(len(ts)), [])
+    else:
+        rows_of = [array("l") for _ in ops.tids]
+        for i, t in enumerate(tid_col):
+            rows_of[t].append(i)
+        for t, thread_rows in enumerate(rows_of):
+            threads[ops.tids[t]] = (thread_rows, [])
     for item in runtime:
-        threads.setdefault(item.tid, ([], []))[1].append(item)
-    chains: dict[tuple[int, str], tuple[str, ...]] = {}  # (id of the parents' chain, name) -> chain
-    for thread_ops, calls in threads.values():
-        thread_ops.sort(key=_END, reverse=True)
+        threads.setdefault(item.tid, (range(0), []))[1].append(item)
+    chain_ids: dict[tuple[int, int], int] = {}  # (parents' chain, name) -> chain
+    chains, parent, end_col, name_col = ops.chains, ops.parent, ops.end, ops.name
+    names = ops.names
+    for rows, calls in threads.values():
+        starts = ts if isinstance(rows, range) else array("d", map(ts.__getitem__, rows))
+        order: Sequence[int] = rows
+        if not all(map(lt, starts, islice(starts, 1, None))):  # not read in start order
+            order = sorted(rows, key=end_col.__getitem__, reverse=True)
+            order.sort(key=ts.__getitem__)
         calls.sort(key=_END, reverse=True)
-        rows = thread_ops + calls
-        rows.sort(key=_START)
-        is_op = {id(item) for item in thread_ops} if calls else None
-        stack: list[Op] = []
-        names: tuple[str, ...] = ()
-        for item in rows:
-            while stack and stack[-1].end <= item.ts:
-                names = stack.pop().parents  # siblings share their parents' tuple
-            item.parents = names
-            if is_op is None or id(item) in is_op:
-                stack.append(item)
-                key = (id(names), item.name)
-                chain = chains.get(key)
-                if chain is None:  # one tuple per distinct chain of names, shared by its ops
-                    chain = chains[key] = (*names, item.name)
-                names = chain
+        calls.sort(key=_START)
+        stack: list[tuple[float, int]] = []  # (end, chain of its parents) of open operators
+        cur = 0
+        k, n_calls = 0, len(calls)
+        for row in order:
+            start = ts[row]
+            while k < n_calls and calls[k].ts < start:  # the calls before this operator
+                call = calls[k]
+                while stack and stack[-1][0] <= call.ts:
+                    cur = stack.pop()[1]
+                call.parents = chains[cur]
+                k += 1
+            while stack and stack[-1][0] <= start:
+                cur = stack.pop()[1]
+            parent[row] = cur
+            stack.append((end_col[row], cur))
+            key = (cur, name_col[row])
+            found = chain_ids.get(key)
+            if found is None:  # one tuple per distinct chain of names, shared by its rows
+                found = chain_ids[key] = len(chains)
+                chains.append((*chains[cur], names[name_col[row]]))
+            cur = found
+        for call in calls[k:]:
+            while stack and stack[-1][0] <= call.ts:
+                cur = stack.pop()[1]
+            call.parents = chains[cur]
 
 
 _START = attrgetter("ts")

@@ -9,7 +9,9 @@ this one pass, which looks at an event's ``cat`` first and does the least work f
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from profcallbacks.core.trace_names import (
@@ -50,8 +52,9 @@ class Scan:
     comm_ops: list[Interval] = field(default_factory=list)  # the cpu_op ones (the calling thread)
     data: list[Interval] = field(default_factory=list)
     ops: list[Interval] = field(default_factory=list)
-    plain_ts: list[Any] = field(default_factory=list)  # other cpu_op events' ts, unchecked
-    plain_dur: list[Any] = field(default_factory=list)  # ... and their dur
+    plain_ts: array[float] = field(default_factory=lambda: array("d"))  # other cpu_op events' ts
+    plain_dur: array[float] = field(default_factory=lambda: array("d"))  # ... and their dur (>= 0)
+    plain_other: list[tuple[Any, Any]] = field(default_factory=list)  # ts, dur not both floats
     lo: float = math.inf
     hi: float = -math.inf
     bad_dur: int = 0
@@ -85,15 +88,19 @@ class Scanner:
         out = self.found
         gpu, host, syncs, ops = out.gpu, out.host, out.syncs, out.ops
         lo, hi = out.lo, out.hi
-        plain_ts, plain_dur = out.plain_ts, out.plain_dur
+        plain_ts, plain_dur, plain_other = out.plain_ts, out.plain_dur, out.plain_other
         for event in events:
             try:  # the common case without isinstance checks; anything odd takes the except path
                 cat = event.cat
                 if cat == CPU_OP:  # most events: keep ts and dur, look closer only when needed
                     name = event.name
                     if name not in SYNC_CALLS and not name.startswith(MARKED_PREFIXES):
-                        plain_ts.append(event.ts)
-                        plain_dur.append(event.dur)
+                        ts, dur = event.ts, event.dur
+                        if type(ts) is float and type(dur) is float and dur >= 0:
+                            plain_ts.append(ts)
+                            plain_dur.append(dur)
+                        else:  # ints (kept as ints), or not numbers: checked when read
+                            plain_other.append((ts, dur))
                         continue
                 if event.ph != "X" or cat is MISSING:
                     continue
@@ -158,7 +165,7 @@ def op_intervals(found: Scan) -> tuple[list[Interval], float, float]:
     """Every CPU operator's interval and the host span (``lo``, ``hi``), the plain operators
     included (only traces without step ranges need them)."""
     ops, lo, hi = list(found.ops), found.lo, found.hi
-    for ts, dur in zip(found.plain_ts, found.plain_dur, strict=True):
+    for ts, dur in chain(zip(found.plain_ts, found.plain_dur, strict=True), found.plain_other):
         if isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and dur >= 0:
             end = ts + dur
             ops.append((ts, end))

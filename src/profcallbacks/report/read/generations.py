@@ -100,6 +100,11 @@ def normalise(trace: Trace) -> TraceFormat:
     return normaliser.format(getattr(trace, "deviceProperties", None))
 
 
+_STEP, _LOADER = 1, 2
+_KINDS_KEPT = 100_000
+"""Distinct host event names whose kind is remembered (each step's name is one)."""
+
+
 class Normaliser:
     """:func:`normalise` fed piece by piece (a streamed trace's pieces, in file order).
 
@@ -115,12 +120,14 @@ class Normaliser:
         self.old = self.modern = self.cpu_ops = self.steps = self.loaders = self.device = 0
         self.fractional = False
         self.framework: str | None = None
+        self.kinds: dict[str, int] = {}  # host event name -> _STEP, _LOADER or 0 (see _kind)
 
     def add(self, events: list[Any]) -> None:
         """Rewrites ``events`` (decode.Event, or anything a hostile trace holds) in place."""
         seen = self.seen
         old = modern = cpu_ops = steps = loaders = device = 0
         fractional = self.fractional
+        kinds = self.kinds
         for event in events:
             try:
                 cat = event.cat
@@ -143,12 +150,15 @@ class Normaliser:
             name = event.name
             if type(name) is not str:
                 continue
-            if name.startswith(LIGHTNING_PREFIXES):
-                self.framework = "lightning"
-            if name.startswith(STEP_PREFIX):
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = self._kind(name) if len(kinds) < _KINDS_KEPT else -1
+            if kind == -1:  # too many names to remember: tested each time
+                kind = self._kind(name)
+            if kind == _STEP:
                 steps += 1
                 event.cat = USER_ANNOTATION
-            elif name.startswith(LOADER_PREFIXES):
+            elif kind == _LOADER:
                 loaders += 1
                 event.cat = CPU_OP
             elif cat == CPU_OP:
@@ -162,6 +172,14 @@ class Normaliser:
         self.loaders += loaders
         self.device += device
         self.fractional = fractional
+
+    def _kind(self, name: str) -> int:
+        """What a host event's name marks: a step range, a loader fetch or neither (0); a
+        Lightning name sets the framework."""
+        if name.startswith(LIGHTNING_PREFIXES):
+            self.framework = "lightning"
+        return _STEP if name.startswith(STEP_PREFIX) else _LOADER if name.startswith(
+            LOADER_PREFIXES) else 0
 
     def format(self, properties: Any) -> TraceFormat:
         """What the pieces added so far held (``properties``: the trace's ``deviceProperties``)."""

@@ -9,8 +9,9 @@ the report's slim records. Only complete events (``"ph": "X"``) are kept, Python
 ones the report reads besides step, loader, optimizer and collective markers) become records
 (``frames.py``), and names are interned. Given ``take`` (``traces.ModelBuilder.add``), each
 piece's kept events go straight into the trace's model and are let go with the piece: memory
-grows with what the model keeps of the events the report reads, at about ``BYTES_PER_EVENT``,
-never with the file. A trace with more than ``event_limit()`` of those (the fixed
+grows with what the model keeps of the events the report reads, at about ``BYTES_PER_EVENT``
+per event kept as an object and a third of that per CPU operator (kept as table rows), never
+with the file. A trace with more than ``event_limit()`` of those (the fixed
 ``MAX_STREAM_EVENTS``, or fewer where half the memory available when reading begins holds fewer)
 is beyond what the report reads: it says so, naming the file and the limit, instead of running
 the machine out of memory.
@@ -27,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from profcallbacks.core.trace_names import (
+    CPU_OP,
     MARKED_PREFIXES,
     OLD_CATEGORIES,
     PYTHON_FUNCTION,
     RUNTIME_CATEGORIES,
+    USER_ANNOTATION,
 )
 from profcallbacks.report.model.flops import COUNTED
 from profcallbacks.report.read.decode import _RAW, MISSING, Args, Event, Trace, decode_events
@@ -45,12 +48,17 @@ from profcallbacks.report.read.frames import FrameTable
 
 MAX_STREAM_EVENTS = 10_000_000
 """Most events the report keeps from one trace, whatever the memory (see :func:`event_limit`)."""
-BYTES_PER_EVENT = 320
-"""Peak memory per kept event, about: what the model keeps of it (an operator record, its
-times, its thread's columns) and the sorting when the pieces are done (measured: 290 bytes on a
-trace of 10^6 CPU operators)."""
-FRAMES_PER_EVENT = 10
-"""Python frames held in ``FrameTable`` (~32 bytes each) counted as one kept event."""
+BYTES_PER_EVENT = 200
+"""Peak memory per kept event held as an object (a kernel, copy, runtime call, step or loader
+range with its scan row; measured: 150-210 bytes retained on the GPU traces of
+``../shared/gpu-traces``)."""
+OPERATORS_PER_EVENT = 3
+"""CPU operators (``cpu_op``, ``user_annotation``) counted as one kept event: they are kept as
+table rows (``model/capture.py``: ``OpTable``; the summary's and the scan's columns), about 66
+bytes each at the report's peak (measured: 110 MB peak RSS for a report of 10^6 small CPU
+events, 44 MB for one of 2 x 10^4)."""
+FRAMES_PER_EVENT = 6
+"""Python frames held in ``FrameTable`` (~30 bytes each) counted as one kept event."""
 MEMORY_SHARE = 0.5
 """Share of the memory available when the report starts that one trace may take."""
 MAX_STREAM_BYTES = 64 << 30
@@ -58,6 +66,8 @@ MAX_STREAM_BYTES = 64 << 30
 _CHUNK = 2 << 20
 """Bytes gunzipped and decoded at a time: a piece's events exist all at once (~5x its bytes)
 before those the report does not read are let go."""
+_OPERATOR_CATEGORIES = frozenset({CPU_OP, USER_ANNOTATION}) | {
+    c for c, new in OLD_CATEGORIES.items() if new == CPU_OP}
 _RUNTIME_ANY_GENERATION = RUNTIME_CATEGORIES | {c for c, new in OLD_CATEGORIES.items()
                                                 if new in RUNTIME_CATEGORIES}
 _COUNTED = frozenset(COUNTED)
@@ -121,6 +131,7 @@ class _Kept:
         self.available = available  # bytes of memory free when reading began, when it bounds
         self.events: list[Any] = []  # what is kept when no ``take`` consumes the pieces
         self.count = 0  # events kept (or handed to ``take``) so far
+        self.operators = 0  # of which CPU operators (see ``OPERATORS_PER_EVENT``)
         self.frames = FrameTable()
         self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
@@ -128,6 +139,7 @@ class _Kept:
         intern = sys.intern
         events: list[Any] = [] if self.take is not None else self.events
         before = len(events)
+        operators = 0
         for event in batch:
             if isinstance(event, Event):
                 if event.ph != "X":
@@ -142,7 +154,9 @@ class _Kept:
                         self.frames.call(event)
                 cat = event.cat
                 if type(cat) is str:
-                    event.cat = intern(cat)
+                    event.cat = cat = intern(cat)
+                    if cat in _OPERATOR_CATEGORIES:
+                        operators += 1
                 args = event.args
                 if isinstance(args, Args) and _RAW is not None:  # a Raw is a view that would
                     if name in _COUNTED:  # keep the whole piece alive: copied, the piece is freed
@@ -151,7 +165,8 @@ class _Kept:
                         args.dims = args.concrete = _NO_SHAPES
             events.append(event)
         self.count += len(events) - before
-        if self.count + self.frames.count // FRAMES_PER_EVENT > self.max_events:
+        self.operators += operators
+        if self.weight() > self.max_events:
             memory = f"~{self.max_events * BYTES_PER_EVENT >> 20:,} MiB of memory"
             if self.available is not None:
                 memory += (f", {MEMORY_SHARE:.0%} of the {self.available >> 20:,} MiB available "
@@ -162,6 +177,12 @@ class _Kept:
                             "steps (ByteBudget(capture_bytes=...))")
         if self.take is not None:
             self.take(events)
+
+    def weight(self) -> int:
+        """The events kept so far, CPU operators and Python frames counted at their share of
+        one (``OPERATORS_PER_EVENT``, ``FRAMES_PER_EVENT``)."""
+        return (self.count - self.operators + self.operators // OPERATORS_PER_EVENT
+                + self.frames.count // FRAMES_PER_EVENT)
 
     def finish(self) -> None:
         """Adds the frames around runtime calls (read at the end, when every call is known)."""

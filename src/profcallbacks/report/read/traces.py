@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -32,7 +33,7 @@ from profcallbacks.core.trace_names import COMPILED_PREFIXES, CPU_OP, LOADER_PRE
 from profcallbacks.core.trace_names import GPU_CATEGORIES as GPU_CATS
 from profcallbacks.core.trace_names import STEP_PREFIX as _STEP_PREFIX
 from profcallbacks.report.model.capture import Capture
-from profcallbacks.report.model.intervals import covered, merge, subtract
+from profcallbacks.report.model.intervals import Spans, covered, merge
 from profcallbacks.report.read.capture_model import CaptureBuilder
 from profcallbacks.report.read.decode import MISSING, Args, Event, Trace, decode_trace, slim
 from profcallbacks.report.read.events import Scan, Scanner
@@ -46,7 +47,7 @@ _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
 _MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
 Interval = tuple[float, float]
-_Thread = tuple[list[float], list[float], list[str]]  # one thread's CPU operators: ts, dur, name
+_Thread = tuple["array[float]", "array[float]", "array[int]"]  # a thread's CPU operators: ts, dur, name id
 
 
 @dataclass
@@ -187,6 +188,7 @@ class ModelBuilder:
         if self.capture is not None:
             try:
                 capture = self.capture.finish(trace.deviceProperties)
+                capture.cpu_load = _block(_block(trace.profcallbacks).get("cpu")) or None
             except Exception as exc:  # the diagnoses are lost, the rest stands
                 self._no_capture(exc)
         return TraceModel(summary, None if self.scanner is None else self.scanner.found,
@@ -216,6 +218,9 @@ class Summariser:
 
     def __init__(self) -> None:
         self.threads: dict[tuple[Any, Any], _Thread] = {}
+        self.names: list[str] = []  # the CPU operators' names, by id
+        self.name_ids: dict[str, int] = {}
+        self.compiled_ids: set[int] = set()  # names of torch.compile's regions
         self.gpu: list[Interval] = []
         self.compiled: list[Interval] = []
         self.step_events: list[tuple[float, float, str, bool]] = []
@@ -227,7 +232,10 @@ class Summariser:
         """Takes what the summary reads from normalised ``events`` (decode.Event, or anything a
         hostile trace holds); malformed ones are counted."""
         threads, gpu, compiled, gpu_ops = self.threads, self.gpu, self.compiled, self.gpu_ops
-        step_events = self.step_events
+        step_events, name_ids, compiled_ids = self.step_events, self.name_ids, self.compiled_ids
+        last_pid: Any = MISSING  # the thread of the last operator: its key is not made again
+        last_tid: Any = MISSING
+        last_thread: Any = None
         for event in events:
             try:
                 if event.ph != "X":
@@ -252,15 +260,26 @@ class Summariser:
                 name = "" if name is MISSING else str(name)
             if cat == CPU_OP:
                 pid, tid = event.pid, event.tid
-                key = (pid, tid) if type(pid) is int and type(tid) is int else (_key(pid), _key(tid))
-                if name.startswith(COMPILED_PREFIXES):
+                if type(pid) is int and type(tid) is int and pid == last_pid and tid == last_tid:
+                    thread = last_thread  # the same thread as the last operator: no key made
+                else:
+                    key = ((pid, tid) if type(pid) is int and type(tid) is int
+                           else (_key(pid), _key(tid)))
+                    thread = threads.get(key)
+                    if thread is None:
+                        thread = threads[key] = (array("d"), array("d"), array("i"))
+                    last_pid, last_tid, last_thread = pid, tid, thread
+                n = name_ids.get(name)
+                if n is None:
+                    n = name_ids[name] = len(self.names)
+                    self.names.append(name)
+                    if name.startswith(COMPILED_PREFIXES):
+                        compiled_ids.add(n)
+                if n in compiled_ids:
                     compiled.append((ts, ts + dur))
-                thread = threads.get(key)
-                if thread is None:
-                    thread = threads[key] = ([], [], [])
                 thread[0].append(ts)
                 thread[1].append(dur)
-                thread[2].append(name)
+                thread[2].append(n)
             elif cat in GPU_CATS:
                 gpu.append((ts, ts + dur))
                 row = gpu_ops.get(name)
@@ -292,10 +311,11 @@ class Summariser:
                                budget=meta.get("budget") if isinstance(meta.get("budget"), dict)
                                else None, gpu_ops=self.gpu_ops, bad_events=self.bad_events,
                                bad_example=self.bad_example)
-        compute, data = _self_times(self.threads, summary.cpu_ops)
+        compute, data = _self_times(self.threads, self.names, summary.cpu_ops)
         self.threads = {}
         data_merged = merge(data)
-        compute_merged = subtract(merge(compute), data_merged)
+        compute_merged = compute.minus(data_merged)
+        del compute
         gpu_merged = merge(self.gpu) if self.gpu else None
         compiled_merged = merge(self.compiled) if self.compiled else None
         step_events = self.step_events
@@ -304,7 +324,7 @@ class Summariser:
         for ts, dur, name, _ in sorted(step_events):
             end = ts + dur
             data_us = covered(data_merged, ts, end)
-            compute_us = covered(compute_merged, ts, end)
+            compute_us = compute_merged.covered(ts, end)
             summary.steps.append({
                 "step": _step_number(name),
                 "step_ms": dur / 1e3,
@@ -323,46 +343,52 @@ class Summariser:
         return summary
 
 
-def _self_times(threads: dict[Any, _Thread],
-                ops: dict[str, list[float]]) -> tuple[list[Interval], list[Interval]]:
-    """Fills ``ops`` with self/total times (us); returns outermost op and dataloader intervals.
+def _self_times(threads: dict[Any, _Thread], names: list[str],
+                ops: dict[str, list[float]]) -> tuple[Spans, list[Interval]]:
+    """Fills ``ops`` with self/total times (us); returns the union of outermost operators and
+    the dataloader intervals. Each thread's start column is overwritten with self times (the
+    columns are let go afterwards).
 
     Each thread's operators are visited by start, the longest first among equal starts (two
     stable sorts of their indices, none where they were read in that order: no record per
-    operator)."""
-    compute: list[Interval] = []
+    operator, and the outermost ones joined as they come)."""
+    runs: list[Spans] = []
     data: list[Interval] = []
-    for starts, durs, names in threads.values():
+    for starts, durs, name_ids in threads.values():
         order: Sequence[int]
         if all(map(lt, starts, islice(starts, 1, None))):  # read in order, no two at one start
             order = range(len(starts))  # no list of indices (~40 bytes per operator)
         else:
             order = sorted(range(len(starts)), key=durs.__getitem__, reverse=True)
             order.sort(key=starts.__getitem__)
-        stack: list[tuple[float, int]] = []  # (end, position in order) of open ancestors
-        child = [0.0] * len(order)
-        for at, i in enumerate(order):
+        stack: list[list[Any]] = []  # [end, row, children's time] of open ancestors
+        outer = Spans()
+        runs.append(outer)
+        for i in order:  # each operator's self time replaces its start once it is closed
             ts = starts[i]
-            end = ts + durs[i]
+            dur = durs[i]
             while stack and stack[-1][0] <= ts:
-                stack.pop()
+                _, j, inner = stack.pop()
+                starts[j] = durs[j] - inner
             if stack:
-                child[stack[-1][1]] += durs[i]
-            elif names[i].startswith(LOADER_PREFIXES):
-                data.append((ts, end))
+                stack[-1][2] += dur
+            elif names[name_ids[i]].startswith(LOADER_PREFIXES):
+                data.append((ts, ts + dur))
             else:
-                compute.append((ts, end))
-            stack.append((end, at))
-        for at, i in enumerate(order):
-            name, dur = names[i], durs[i]
+                outer.add(ts, ts + dur)
+            stack.append([ts + dur, i, 0.0])
+        for _, j, inner in stack:
+            starts[j] = durs[j] - inner
+        for i in order:
+            name, dur = names[name_ids[i]], durs[i]
             row = ops.get(name)
             if row is None:
-                ops[name] = [1, dur - child[at], dur]
+                ops[name] = [1, starts[i], dur]
             else:
                 row[0] += 1
-                row[1] += dur - child[at]
+                row[1] += starts[i]
                 row[2] += dur
-    return compute, data
+    return (runs[0] if len(runs) == 1 else Spans.union(runs)), data
 
 
 def _block(value: Any) -> dict[str, Any]:

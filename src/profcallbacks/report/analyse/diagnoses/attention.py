@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms, short
 from profcallbacks.report.analyse.diagnoses.precision import precision
+from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
 
 MATH = "aten::_scaled_dot_product_attention_math"
 _MATMULS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -33,7 +34,7 @@ _BETWEEN = ("aten::mul", "aten::div", "aten::add", "aten::masked_fill", "aten::w
 
 def attention_math_fallback(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    math_ops = [o for o in cap.ops if o.name == MATH and cap.in_steps(o.ts)
+    math_ops = [o for o in cap.ops.named(lambda n: n == MATH) if cap.in_steps(o.ts)
                 and MATH not in o.parents]
     hand = [] if math_ops else _hand_written(cap)
     found = math_ops or hand
@@ -41,7 +42,7 @@ def attention_math_fallback(cap: Capture) -> Diagnosis | None:
         return None
     kernels = [k for k in cap.kernels if k.launch_ts is not None and any(
         o.ts <= k.launch_ts <= o.end for o in found)] if cap.has_gpu else []
-    cost = sum(k.dur for k in kernels) if kernels else sum(o.end - o.ts for o in found)
+    cost = gpu_time(kernels) if kernels else sum(o.end - o.ts for o in found)
     gain, share = cap.per_step(cost)
     why = []
     if kernels and all(precision(k.name) == "fp32" for k in kernels if "gemm" in k.name.lower()):
@@ -83,18 +84,20 @@ def _matmul_at(items: list[Op], positions: range) -> int | None:
 
 def _hand_written(cap: Capture) -> list[Op]:
     """Spans from a matmul through a softmax to the next matmul among siblings."""
-    wanted = {(o.tid, o.parents) for o in cap.ops if o.name.startswith(_SOFTMAX)}
+    ops = cap.ops
+    wanted = {(ops.tid[i], ops.parent[i]) for i in ops.rows_named(lambda n: n.startswith(_SOFTMAX))}
     if not wanted:
         return []
-    siblings: dict[tuple[object, tuple[str, ...]], list[Op]] = {}
-    for o in cap.ops:
-        if (o.tid, o.parents) not in wanted:
+    siblings: dict[tuple[int, int], list[Op]] = {}  # (thread, parents' chain) -> operators
+    for i, key in enumerate(zip(ops.tid, ops.parent, strict=True)):
+        if key not in wanted:
             continue
+        o = ops.op(i)
         if o.name.startswith(("aten::scaled_dot_product", "aten::_scaled_dot_product")):
             continue
         if any("scaled_dot_product" in p for p in o.parents) or not cap.in_steps(o.ts):
             continue
-        siblings.setdefault((o.tid, o.parents), []).append(o)
+        siblings.setdefault(key, []).append(o)
     out = []
     for items in siblings.values():
         items.sort(key=lambda o: o.ts)

@@ -67,7 +67,7 @@ def hidden_copies(cap: Capture) -> Diagnosis | None:
         reducer = sum(k.dur for k in found if any("reducer" in o for o in k.ops))
         layout = any(x in k.name for k in found for x in _LAYOUT)
     elif cap.cpu_only:
-        host = [o for o in cap.ops if o.name.startswith(_COPY_OPS[:3]) and cap.in_steps(o.ts)
+        host = [o for o in cap.ops.named(lambda n: n.startswith(_COPY_OPS[:3])) if cap.in_steps(o.ts)
                 and not any(p.startswith(_DEVICE_MOVES + _COPY_OPS[:3]) for p in o.parents)]
         cost = sum(e - s for s, e in merge((o.ts, o.end) for o in host))
         parts = {}

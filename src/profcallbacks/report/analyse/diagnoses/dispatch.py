@@ -16,9 +16,13 @@ arithmetic; the median start-to-start is milliseconds).
 
 from __future__ import annotations
 
+from array import array
+from itertools import islice
+from operator import le
+
 from profcallbacks.core.trace_names import COMPILED_PREFIXES
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis
-from profcallbacks.report.analyse.diagnoses.whatif import per_op_us
+from profcallbacks.report.analyse.diagnoses.whatif import start_to_start_us
 
 MIN_OPS = 100
 TINY_US = 40.0
@@ -29,31 +33,45 @@ def dispatch_bound(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     if not cap.cpu_only:
         return None
-    steady = [o for o in cap.ops if cap.in_steps(o.ts)]
-    chains = {id(o.parents): o.parents for o in steady}  # siblings share one parents tuple
-    if any(o.name.startswith(COMPILED_PREFIXES) for o in steady) or any(
-            p.startswith(COMPILED_PREFIXES) for chain in chains.values() for p in chain):
+    ops = cap.ops
+    name_col, parent_col, ts_col, end_col = ops.name, ops.parent, ops.ts, ops.end
+    chains: set[int] = set()
+    used: set[int] = set()
+    for i in cap.rows_in_steps():  # the steady rows, read once
+        used.add(name_col[i])
+        chains.add(parent_col[i])
+    if any(ops.names[n].startswith(COMPILED_PREFIXES) for n in used) or any(
+            p.startswith(COMPILED_PREFIXES) for c in chains for p in ops.chains[c]):
         return None
-    under_aten = {key for key, chain in chains.items() if any(p.startswith("aten::") for p in chain)}
-    top = [o for o in steady if o.name.startswith("aten::") and id(o.parents) not in under_aten]
-    per_step = len(top) / cap.n_steps
+    under_aten = {c for c in chains if any(p.startswith("aten::") for p in ops.chains[c])}
+    aten = ops.name_ids(lambda n: n.startswith("aten::"))
+    starts, ends = array("d"), array("d")
+    counted: dict[int, int] = {}
+    for i in cap.rows_in_steps():  # the top-level aten operators: their times and names
+        n = name_col[i]
+        if n in aten and parent_col[i] not in under_aten:
+            starts.append(ts_col[i])
+            ends.append(end_col[i])
+            counted[n] = counted.get(n, 0) + 1
+    top = len(starts)
+    per_step = top / cap.n_steps
     if per_step < MIN_OPS:
         return None
-    each = per_op_us(top)
+    if not all(map(le, starts, islice(starts, 1, None))):
+        order = sorted(range(top), key=starts.__getitem__)
+        starts, ends = array("d", map(starts.__getitem__, order)), array("d", map(ends.__getitem__, order))
+    each = start_to_start_us(starts, ends)
     step_us = cap.step_ms() * 1e3
     if each >= TINY_US or step_us <= 0:
         return None
     calls = cap.n_steps  # one compiled call per step is left
-    saved = max(len(top) - calls, 0) * each
+    saved = max(top - calls, 0) * each
     if saved / cap.n_steps < DISPATCH_SHARE * step_us:
         return None
     gain, share = cap.per_step(saved)
     basis = (f"~{gain:.2f} ms: {per_step:.0f} operators per step x {each:.1f} us host cost each "
              "(start to next start, median), all but one compiled call")
-    names: dict[str, int] = {}
-    for o in top:
-        names[o.name] = names.get(o.name, 0) + 1
-    common = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    common = sorted(((ops.names[n], c) for n, c in counted.items()), key=lambda kv: -kv[1])[:3]
     return Diagnosis(kind="dispatch_bound",
                      what="the step is many tiny operators: their dispatch, not their arithmetic, "
                           "is the time",

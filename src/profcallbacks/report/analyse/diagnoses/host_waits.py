@@ -112,7 +112,7 @@ def launch_bound(cap: Capture) -> Diagnosis | None:
     if span <= 0 or idle / span < IDLE_SHARE:
         return None
     waits = [(c.ts, c.end) for c in _blocking(cap)]
-    waits += [(o.ts, o.end) for o in cap.ops if o.name.startswith(LOADER_PREFIXES)]
+    waits += [(o.ts, o.end) for o in cap.ops.named(lambda n: n.startswith(LOADER_PREFIXES))]
     syncs = merge(waits)
     late = 0.0
     for prev, cur in zip(kernels, kernels[1:], strict=False):

@@ -31,7 +31,7 @@ DATA_SHARE = 0.05
 
 def input_pipeline(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    waits = [o for o in cap.ops if o.name.startswith(LOADER_PREFIXES) and cap.in_steps(o.ts)]
+    waits = [o for o in cap.ops.named(lambda n: n.startswith(LOADER_PREFIXES)) if cap.in_steps(o.ts)]
     if not waits:
         return None
     spans = merge((o.ts, o.end) for o in waits)

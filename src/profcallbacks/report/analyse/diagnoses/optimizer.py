@@ -60,7 +60,7 @@ def _holder(ranges: list[Op]) -> Callable[[Op], bool]:
 
 def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    ranges = [o for o in cap.ops if o.name.startswith("Optimizer.step#") and cap.in_steps(o.ts)]
+    ranges = [o for o in cap.ops.named(lambda n: n.startswith("Optimizer.step#")) if cap.in_steps(o.ts)]
     if not ranges or any(_FUSED.search(r.name) for r in ranges):
         return None
     if not cap.has_gpu and not cap.cpu_only:
@@ -85,7 +85,10 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
         return None
     cost = sum(r.end - r.ts for r in ranges)
     holds, range_names = _holder(ranges), {r.name for r in ranges}
-    children = [o for o in cap.ops if o.parents and o.parents[-1] in range_names and holds(o)]
+    table = cap.ops
+    under = {c for c, chain in enumerate(table.chains) if chain and chain[-1] in range_names}
+    children = [o for o in map(table.op, (i for i, c in enumerate(table.parent) if c in under))
+                if holds(o)]
     per_param = [o for o in children if not o.name.startswith(_KEPT)]
     kept = len({o.name for o in per_param}) * len(ranges)  # one multi-tensor call per name
     each = per_op_us(per_param)
@@ -126,10 +129,10 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
 
 def grad_accumulation_sync(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    forwards = sorted((o for o in cap.ops if o.name == "DistributedDataParallel.forward"),
+    forwards = sorted(cap.ops.named(lambda n: n == "DistributedDataParallel.forward"),
                       key=lambda o: o.ts)
-    reduces = [(o.ts, o.end) for o in cap.ops if _ALLREDUCE.search(o.name)
-               and o.name.startswith(("nccl:", "c10d::", "record_param_comms"))]
+    reduces = [(o.ts, o.end) for o in cap.ops.named(
+        lambda n: bool(_ALLREDUCE.search(n)) and n.startswith(("nccl:", "c10d::", "record_param_comms")))]
     reduces += [(k.ts, k.end) for k in cap.kernels if k.cat == "kernel" and "nccl" in k.name.lower()
                 and _ALLREDUCE.search(k.name)]
     cost, accumulating, synced = 0.0, 0, 0

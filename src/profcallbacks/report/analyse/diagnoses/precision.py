@@ -14,8 +14,11 @@ already on tensor cores and not counted.
 
 Fix by device: sm70/sm75 (V100, T4) have FP16 tensor cores only: FP16 autocast with a GradScaler
 (TF32 and bf16 need sm80). sm80+: ``torch.set_float32_matmul_precision("high")`` (TF32 matmuls) or
-bf16 autocast. Cost: the FP32 kernels' time per step (an upper bound: tensor cores do not make
-them free).
+bf16 autocast. Gain (a what-if): the FP32 kernels' time less that time over the device's dtype
+ratio, the dense datasheet peaks of FP32 and of the precision the first fix gives (TF32 on sm80+,
+FP16 on sm7x; ``model/flops.py``'s ``PEAK_TFLOPS``, printed as the basis): the most tensor cores
+can speed them up, an upper bound (memory-bound GEMMs gain less). A device the table lacks keeps
+the kernels' whole time, and says so.
 
 The cost is listed when it passes 3% of the step or ``MIN_GPU_SHARE`` of the kernels' time (a
 GPU idle most of the step gains little now, but these kernels are its work once the host keeps up).
@@ -30,6 +33,8 @@ import re
 from functools import lru_cache
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Kernel, ms, short
+from profcallbacks.report.analyse.diagnoses.whatif import gpu_time
+from profcallbacks.report.model.flops import dtype_ratio
 
 GEMM_LIKE = re.compile(r"gemm|conv|scudnn|fprop|dgrad|wgrad|xmma|cutlass|fft2d|_engine<|wgmma|"
                        r"^cijk_",
@@ -112,10 +117,25 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
     slow = [c for c in ("matmul", "conv") if by_class[c].get("fp32") and len(by_class[c]) == 1]
     if not slow:
         return None
-    cost = sum(by_class[c]["fp32"] for c in slow)
-    gain, share = cap.per_step(cost)
-    busy = sum(k.dur for k in cap.kernels if k.cat == "kernel"
-               and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
+    # kernels of several streams that overlap count once (the GPU busy union)
+    cost = gpu_time(k for k in cap.kernels if gemm_class(k) in slow and precision(k.name) == "fp32"
+                    and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
+    target = "tf32" if device.major >= 8 else "fp16"
+    ratio = dtype_ratio(device.name, "fp32", target)
+    if ratio is not None:
+        saved = cost * (1.0 - 1.0 / ratio[0])
+        basis = (f"~{saved / 1e3 / cap.n_steps:.2f} ms: FP32 GEMMs {ms(cost / cap.n_steps)} per "
+                 f"step x (1 - 1/{ratio[0]:.1f}), {ratio[1]}")
+        bf16 = dtype_ratio(device.name, "fp32", "bf16") if target == "tf32" else None
+        if bf16 is not None:  # the other fix named: its ceiling, not its gain
+            basis += f"; bf16 autocast: at most {bf16[0]:.1f}x ({bf16[1]})"
+    else:
+        saved = cost
+        basis = (f"~{cost / 1e3 / cap.n_steps:.2f} ms: FP32 GEMMs' whole time per step (no "
+                 f"{target} peak for {device.name or 'this GPU'} in the table: an upper bound)")
+    gain, share = cap.per_step(saved)
+    busy = gpu_time(k for k in cap.kernels if k.cat == "kernel"
+                    and cap.in_steps(k.launch_ts if k.launch_ts is not None else k.ts))
     label = {"matmul": "matmuls", "conv": "convolutions"}
     evidence = [f"{label[c]}: FP32 kernels without tensor cores {ms(by_class[c]['fp32'])} "
                 f"per capture" for c in slow]
@@ -127,6 +147,7 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
     top_kernels = sorted({k.name for k in cap.kernels if gemm_class(k) in slow
                           and precision(k.name) == "fp32"}, key=lambda n: (len(n), n))[:2]
     evidence.append("e.g. " + ", ".join(short(n, 50) for n in top_kernels))
+    evidence.append(basis)
     where = ", ".join(f"{op} {ms(t)}" for op, t in ops[:3]) or None
     name = device.name or f"a {device.capability} GPU (from kernel names)"
     what = (f"{' and '.join(label[c] for c in slow)} run in FP32 without tensor cores on "
@@ -135,7 +156,10 @@ def fp32_compute(cap: Capture) -> Diagnosis | None:
         what += f"; {' and '.join(label[c] for c in on)} already use tensor cores"
     return Diagnosis(kind="fp32_compute", what=what, evidence=evidence, where=where,
                      gain_ms=gain, gain_share=share, fix=_fix(device.major, slow, on),
-                     details={"capability": device.capability, "classes": slow,
+                     details={"capability": device.capability, "classes": slow, "basis": basis,
+                              "fp32_ms": round(cost / 1e3 / cap.n_steps, 4),
+                              "dtype_ratio": round(ratio[0], 3) if ratio else None,
+                              "ratio_source": ratio[1] if ratio else None,
                               "gpu_share": round(cost / busy, 4) if busy > 0 else 0.0})
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from profcallbacks.report.analyse.critical_path import CriticalPath, critical_path
 from profcallbacks.report.analyse.diagnoses.allocator import allocator_churn
 from profcallbacks.report.analyse.diagnoses.attention import attention_math_fallback
+from profcallbacks.report.analyse.diagnoses.contention import oversubscribed
 from profcallbacks.report.analyse.diagnoses.copies import hidden_copies, pageable_copy
 from profcallbacks.report.analyse.diagnoses.dispatch import dispatch_bound
 from profcallbacks.report.analyse.diagnoses.host_waits import launch_bound, sync_in_step
@@ -30,7 +31,7 @@ Rule = Callable[[Capture], Diagnosis | None]
 RULES: tuple[Rule, ...] = (cold_start, fp32_compute, pageable_copy, sync_in_step, launch_bound,
                            dispatch_bound, allocator_churn, unfused_optimizer,
                            attention_math_fallback, hidden_copies, input_pipeline,
-                           grad_accumulation_sync)
+                           grad_accumulation_sync, oversubscribed)
 KINDS = tuple(rule.__name__ for rule in RULES)
 """Every diagnosis kind, in the order the rules run."""
 

@@ -149,7 +149,7 @@ AUTOTUNE_SYNC = "cudaEventSynchronize"
 
 def autotune_ops(cap: Capture) -> list[Op]:
     """The cuDNN convolution operators that ran autotuning: ``AUTOTUNE_SYNC`` calls inside them."""
-    convs = sorted((o for o in cap.ops if "cudnn_convolution" in o.name), key=lambda o: o.ts)
+    convs = sorted(cap.ops.named(lambda n: "cudnn_convolution" in n), key=lambda o: o.ts)
     if not convs:
         return []
     starts = [o.ts for o in convs]

@@ -12,51 +12,15 @@ denominator is always reported next to the ratio.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from profcallbacks.report.analyse.diagnoses.model import Capture
 from profcallbacks.report.analyse.diagnoses.precision import gemm_class, precision
-
-PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    # dense datasheet peaks, TFLOP/s (NVIDIA and AMD data sheets; tensor-core / matrix-core
-    # figures without sparsity)
-    "B200": {"tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-    "H100 SXM": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
-    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-    "MI300X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-    "MI210": {"fp32": 45.3, "bf16": 181.0, "fp16": 181.0},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
-    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
-    "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
-    "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
-    "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
-    "T4": {"fp32": 8.1, "fp16": 65.0},
-    "RTX 2080 Ti": {"fp32": 13.4, "fp16": 53.8},  # fp16 tensor cores, fp32 accumulate (GeForce)
-    "GP100": {"fp32": 10.3, "fp16": 20.7},  # Pascal: no tensor cores
-}
-_MATCH = (("B200", r"\bB200\b"), ("MI300X", r"MI300X"), ("MI210", r"MI210"),
-          ("RTX 2080 Ti", r"2080 ?Ti"), ("GP100", r"GP100"),
-          ("H100 PCIe", r"H100.*PCIe"), ("H100 SXM", r"H100"), ("H200", r"H200"),
-          ("A100", r"A100"), ("L40S", r"L40S"), ("L4", r"\bL4\b"), ("A10", r"\bA10G?\b"),
-          ("V100 PCIe", r"V100.*PCIE"), ("V100 SXM2", r"V100"), ("T4", r"\bT4\b"))
-
+from profcallbacks.report.model.flops import PEAK_TFLOPS, device_key
 
 _NOTE = {"shapes": "matmul, convolution and fused-attention operators only; kernels launched "
                    "without an aten operator (compiled graphs, custom ops) are not counted, so "
                    "this is a lower bound"}
-
-
-def device_key(name: str | None) -> str | None:
-    """The ``PEAK_TFLOPS`` row of a device name such as ``NVIDIA A100-SXM4-80GB``, or None."""
-    if not name:
-        return None
-    for key, pattern in _MATCH:
-        if re.search(pattern, name, re.IGNORECASE):
-            return key
-    return None
 
 
 def compute_dtype(cap: Capture) -> str | None:

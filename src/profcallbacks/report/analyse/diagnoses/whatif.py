@@ -11,6 +11,7 @@ independent gains from adding up to more than the step.
 - :func:`idle_caused`: the GPU idle a set of host waits causes: from each wait's start to the
   first GPU activity after it returns (the GPU drains its queue while the host waits, then waits
   for the host to launch again), minus the time the GPU was busy meanwhile.
+- :func:`gpu_time`: the GPU time of a set of kernels, streams that overlap counted once.
 - :func:`per_op_us` and :func:`dispatch_floor`: an operator's host cost without its arithmetic,
   as the trace measures it (what a compiled step or a multi-tensor call still pays per call).
 - :func:`bound_by_path`: a fix shortens the step by at most its side's part of the critical path
@@ -30,12 +31,27 @@ Example:
 from __future__ import annotations
 
 import bisect
-import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import islice
+from operator import sub
 
 from profcallbacks.report.analyse.critical_path import CriticalPath
-from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op
+from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Kernel, Op
 from profcallbacks.report.model.intervals import Interval, covered, merge
+
+
+def gpu_time(kernels: Iterable[Kernel]) -> float:
+    """The time (us) ``kernels`` kept the GPU busy: the union of their spans, so kernels of
+    several streams that overlap count once (their durations summed would count the overlap on
+    each stream).
+
+    Example:
+        >>> gpu_time([Kernel(0.0, 10.0, "a", "kernel"), Kernel(5.0, 12.0, "b", "kernel")])
+        12.0
+    """
+    return sum(e - s for s, e in merge((k.ts, k.end) for k in kernels))
+
 
 MIN_OP_US = 0.5
 """The least an eager operator costs to dispatch (us), whatever the trace says."""
@@ -65,21 +81,53 @@ def per_op_us(siblings: Sequence[Op]) -> float:
     operator's start to the next one's (the dispatcher and the Python between two operators).
     The median leaves out what a few operators on large tensors spend computing, and the long
     gaps where the profiler's Python tracing (``with_stack``) inflates a loop's own code."""
-    if not siblings:
-        return 0.0
     ordered = sorted(siblings, key=lambda o: o.ts)
-    costs = [(nxt.ts - o.ts) if nxt is not None else (o.end - o.ts)
-             for o, nxt in zip(ordered, [*ordered[1:], None], strict=True)]
-    return max(statistics.median(costs), MIN_OP_US)
+    return start_to_start_us([o.ts for o in ordered], [o.end for o in ordered])
+
+
+def start_to_start_us(starts: Sequence[float], ends: Sequence[float]) -> float:
+    """:func:`per_op_us` of operators given as columns in start order (``array('d')`` or lists):
+    the median is counted by distinct value, not sorted, so millions of operators take no list."""
+    if not starts:
+        return 0.0
+    counts = Counter(map(sub, islice(starts, 1, None), starts))
+    counts[ends[-1] - starts[-1]] += 1
+    return max(_median(counts, len(starts)), MIN_OP_US)
+
+
+def _nth(counts: Counter[float], ranks: Sequence[int]) -> list[float]:
+    """The values at sorted positions ``ranks`` (ascending) of the multiset ``counts``."""
+    out: list[float] = []
+    seen = 0
+    want = iter(ranks)
+    rank = next(want, None)
+    for value in sorted(counts):
+        seen += counts[value]
+        while rank is not None and rank < seen:
+            out.append(value)
+            rank = next(want, None)
+        if rank is None:
+            break
+    return out
+
+
+def _median(counts: Counter[float], n: int) -> float:
+    """``statistics.median`` of the ``n`` values counted in ``counts``."""
+    if n % 2:
+        return _nth(counts, [n // 2])[0]
+    low, high = _nth(counts, [n // 2 - 1, n // 2])
+    return (low + high) / 2
 
 
 def dispatch_floor(cap: Capture) -> float:
     """What an operator costs the host without arithmetic (us): the lower quartile of the steps'
     operator durations (views, transposes, tiny tensors: dispatch only), at least ``MIN_OP_US``."""
-    durations = sorted(o.end - o.ts for o in cap.ops if o.end > o.ts and cap.in_steps(o.ts))
-    if not durations:
+    ts, end = cap.ops.ts, cap.ops.end
+    counts = Counter(d for d in (end[i] - ts[i] for i in cap.rows_in_steps()) if d > 0)
+    n = sum(counts.values())
+    if not n:
         return MIN_OP_US
-    return max(durations[len(durations) // 4], MIN_OP_US)
+    return max(_nth(counts, [n // 4])[0], MIN_OP_US)
 
 
 def loader_saving(wait_ms: float, rest_ms: float, workers: int) -> tuple[float, str]:

@@ -278,3 +278,22 @@ def test_a_report_of_ten_million_small_events_stays_under_one_gb(tmp_path):
     per_event = (peak - base) / (large - small)
     assert per_event * 10**7 + base < 1e9, (base, peak, per_event)
     assert peak < 0.3e9, peak  # 2 x 10^6 events: ~180 MB
+
+
+def test_the_rows_in_steps_are_those_in_steps_keeps():
+    """``Capture.rows_in_steps`` (a bisection per step where the operator table is in start order)
+    selects exactly the rows ``Capture.in_steps`` keeps, with and without a cold part."""
+    checked = 0
+    for path in sorted(DATA.rglob("*.json.gz"))[:12]:
+        try:
+            cap = read_trace_file(path).capture
+        except ReadError:
+            continue
+        if cap is None or not cap.ops:
+            continue
+        for cold in ([], [(cap.steps[0][0], cap.steps[0][0] + 10.0)]):
+            cap.cold = cold
+            assert list(cap.rows_in_steps()) == [
+                i for i, ts in enumerate(cap.ops.ts) if cap.in_steps(ts)], path
+        checked += 1
+    assert checked >= 5

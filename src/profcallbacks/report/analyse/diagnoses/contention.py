@@ -87,8 +87,11 @@ def oversubscribed(cap: Capture) -> Diagnosis | None:
 
 def _top_ops(cap: Capture) -> list[Op]:
     """The steady part's operators that no other operator encloses."""
-    steady = [o for o in cap.ops if cap.in_steps(o.ts) and o.name.startswith("aten::")]
-    return [o for o in steady if not any(p.startswith("aten::") for p in o.parents)]
+    ops = cap.ops
+    aten = ops.name_ids(lambda n: n.startswith("aten::"))
+    under = {c for c, chain in enumerate(ops.chains) if any(p.startswith("aten::") for p in chain)}
+    names, parents = ops.name, ops.parent
+    return [ops.op(i) for i in cap.rows_in_steps() if names[i] in aten and parents[i] not in under]
 
 
 def _number(value: Any) -> float | None:

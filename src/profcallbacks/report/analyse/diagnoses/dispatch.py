@@ -35,21 +35,19 @@ def dispatch_bound(cap: Capture) -> Diagnosis | None:
         return None
     ops = cap.ops
     name_col, parent_col, ts_col, end_col = ops.name, ops.parent, ops.ts, ops.end
-    chains: set[int] = set()
-    used: set[int] = set()
-    for i in cap.rows_in_steps():  # the steady rows, read once
-        used.add(name_col[i])
-        chains.add(parent_col[i])
-    if any(ops.names[n].startswith(COMPILED_PREFIXES) for n in used) or any(
-            p.startswith(COMPILED_PREFIXES) for c in chains for p in ops.chains[c]):
-        return None
-    under_aten = {c for c in chains if any(p.startswith("aten::") for p in ops.chains[c])}
+    compiled = ops.name_ids(lambda n: n.startswith(COMPILED_PREFIXES))
     aten = ops.name_ids(lambda n: n.startswith("aten::"))
+    kind_of: dict[int, int] = {}  # chain of parents -> _COMPILED, _UNDER_ATEN or 0
     starts, ends = array("d"), array("d")
     counted: dict[int, int] = {}
-    for i in cap.rows_in_steps():  # the top-level aten operators: their times and names
-        n = name_col[i]
-        if n in aten and parent_col[i] not in under_aten:
+    for i in cap.rows_in_steps():  # the steady rows, read once: the top-level aten operators
+        n, c = name_col[i], parent_col[i]
+        kind = kind_of.get(c)
+        if kind is None:
+            kind = kind_of[c] = _kind(ops.chains[c])
+        if n in compiled or kind == _COMPILED:
+            return None
+        if n in aten and kind != _UNDER_ATEN:
             starts.append(ts_col[i])
             ends.append(end_col[i])
             counted[n] = counted.get(n, 0) + 1
@@ -83,3 +81,14 @@ def dispatch_bound(cap: Capture) -> Diagnosis | None:
                           "instead of an operator dispatch for each small op; batch small "
                           "tensors together where the model allows."],
                      details={"basis": basis})
+
+
+_COMPILED, _UNDER_ATEN = 2, 1
+
+
+def _kind(chain: tuple[str, ...]) -> int:
+    """What a chain of enclosing operators says of those inside: a compiled region, an aten
+    operator (its insides are not top-level), or neither (0)."""
+    if any(p.startswith(COMPILED_PREFIXES) for p in chain):
+        return _COMPILED
+    return _UNDER_ATEN if any(p.startswith("aten::") for p in chain) else 0

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
-from itertools import accumulate
+from collections.abc import Callable, Sequence
+from itertools import accumulate, islice
+from operator import le
 
 from profcallbacks.report.analyse.diagnoses.model import Capture, Diagnosis, Op, ms
 from profcallbacks.report.analyse.diagnoses.whatif import busy_of, dispatch_floor, per_op_us
@@ -60,7 +61,10 @@ def _holder(ranges: list[Op]) -> Callable[[Op], bool]:
 
 def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
-    ranges = [o for o in cap.ops.named(lambda n: n.startswith("Optimizer.step#")) if cap.in_steps(o.ts)]
+    table = cap.ops
+    rows = [i for i in table.rows_named(lambda n: n.startswith("Optimizer.step#"))
+            if cap.in_steps(table.ts[i])]
+    ranges = [table.op(i) for i in rows]
     if not ranges or any(_FUSED.search(r.name) for r in ranges):
         return None
     if not cap.has_gpu and not cap.cpu_only:
@@ -69,14 +73,19 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
     launched = sorted((k.launch_ts, k.name) for k in cap.kernels
                       if k.cat == "kernel" and k.launch_ts is not None) if cap.has_gpu else []
     starts = [t for t, _ in launched]
-    by_start = sorted(cap.ops, key=lambda o: o.ts)
-    op_starts = [o.ts for o in by_start]
-    for r in ranges:  # each range's kernels and operators found by bisection: linear in steps
+    op_starts: Sequence[float] = table.ts  # the table's rows by start (as read, in most traces)
+    by_start: Sequence[int] = range(len(table))
+    if not all(map(le, op_starts, islice(op_starts, 1, None))):
+        by_start = sorted(by_start, key=op_starts.__getitem__)
+        op_starts = [op_starts[i] for i in by_start]
+    ends, parents, chains, name_of = table.end, table.parent, table.chains, table.name
+    for row, r in zip(rows, ranges, strict=True):  # kernels and operators found by bisection
         names += [n for _, n in launched[bisect.bisect_left(starts, r.ts):
                                          bisect.bisect_right(starts, r.end)]]
-        names += [o.name for o in by_start[bisect.bisect_left(op_starts, r.ts):
-                                           bisect.bisect_right(op_starts, r.end)]
-                  if o.end <= r.end and o.parents and o.parents[-1] == r.name and o is not r]
+        names += [table.names[name_of[i]] for i in by_start[bisect.bisect_left(op_starts, r.ts):
+                                                            bisect.bisect_right(op_starts, r.end)]
+                  if ends[i] <= r.end and chains[parents[i]] and chains[parents[i]][-1] == r.name
+                  and i != row]
     if any(_FUSED.search(n) for n in names):
         return None
     counted = [n for n in names if not n.startswith(("aten::", "Optimizer"))] if cap.has_gpu else names
@@ -85,7 +94,6 @@ def unfused_optimizer(cap: Capture) -> Diagnosis | None:
         return None
     cost = sum(r.end - r.ts for r in ranges)
     holds, range_names = _holder(ranges), {r.name for r in ranges}
-    table = cap.ops
     under = {c for c, chain in enumerate(table.chains) if chain and chain[-1] in range_names}
     children = [o for o in map(table.op, (i for i, c in enumerate(table.parent) if c in under))
                 if holds(o)]

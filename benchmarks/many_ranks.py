@@ -10,7 +10,8 @@ host as the stragglers.
 Measured, each in a process of its own (wall time, peak RSS from ``wait4``):
 ``profcallbacks summarize --processes 2``; ``profcallbacks report --format json`` from the
 summaries; the same with ``--no-summaries`` (every trace parsed). With ``--ranks 256,1024`` the
-report from summaries is measured at each size: its peak RSS against the rank count.
+report from summaries is measured at each size: its peak RSS against the rank count, and the peak
+of ``build_report`` alone (``tracemalloc``, in this process).
 
 Run:  python benchmarks/many_ranks.py [--ranks 1024] [--repeat 4] [--processes 2] [--keep DIR]
 """
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,19 @@ def run_child(args: list[str]) -> tuple[float, float, subprocess.CompletedProces
     return wall, rss, proc
 
 
+def report_peak_mib(logdir: Path) -> float:
+    """Peak memory (MiB) of ``build_report`` from the summaries, traced in this process."""
+    from profcallbacks.report import build_report, locate_run
+
+    run = locate_run(logdir)
+    tracemalloc.start()
+    try:
+        build_report(run)
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
 def stragglers(report: dict[str, Any]) -> list[tuple[int, str]]:
     job = report["captures"][0]["job"] or {}
     return [(s["rank"], s["host"]) for s in job.get("stragglers", [])]
@@ -200,6 +215,7 @@ def main() -> int:
                   f"MiB (read {a['summaries']['read']}, parsed {a['summaries']['parsed']}); from "
                   f"traces: {wall_t:.2f} s, {rss_t:.0f} MiB (parsed {b['summaries']['parsed']}); "
                   f"ratio {wall_t / wall_r:.1f}x")
+            print(f"  build_report from summaries: peak {report_peak_mib(logdir):.1f} MiB (tracemalloc)")
             print(f"  stragglers: {stragglers(a)} (from traces: {stragglers(b)})")
             print(f"  job: {a['captures'][0]['job']['sentence']}")
     finally:

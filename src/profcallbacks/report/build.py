@@ -213,7 +213,8 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
 def _keep_detail(capture: dict[str, Any], rows: list[dict[str, Any]], *,
                  use_summaries: bool) -> None:
     """A capture of many ranks keeps per-step rows only for the ranks that stand out: read again
-    (from their summaries) once the job view has named them."""
+    (their summaries; their traces where a summary is missing or not used) once the job view has
+    named them."""
     if len(capture["files"]) <= DETAIL_UP_TO:
         return
     again = detail_rows(rows, detail_ranks(capture["job"]), summaries=use_summaries)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from helpers import QUIET
-from loader_cases import SlowDecode, SlowDecodeRecords, marked_line
+from loader_cases import Cheap, SlowDecode, SlowDecodeRecords, marked_line
 from profcallbacks import StallConfig
 from profcallbacks.detect.worker_hooks import TimedCollate, WorkerInit
 from profcallbacks.findings import DATALOADER_STALL, Finding
@@ -107,3 +107,28 @@ def test_hf_trainer_names_fetch_and_the_decoding_line(tmp_path: Path) -> None:
     _names_fetch_at_the_line(_stall(callback.findings))
     inner = vars(loaders[0])["base_dataloader"]  # accelerate's DataLoaderShard wraps it
     _untouched(inner)
+
+
+def test_a_trainers_persistent_workers_are_timed_pass_after_pass() -> None:
+    """The hooks a Trainer's loader gets (as ``iter(loader)`` inside the Trainer): persistent
+    workers serve two passes, each batch keyed by its pass; detaching leaves nothing behind."""
+    from profcallbacks.detect.loader_workers import LoaderWorkers
+
+    workers = LoaderWorkers(lambda: 0)
+    loader = DataLoader(Cheap(64), batch_size=8, num_workers=2, persistent_workers=True)
+    collate = loader.collate_fn
+    workers.attach(loader)
+    workers.want("test", True, sampling=False)
+    for _ in range(2):
+        for _ in loader:  # as a Trainer iterates: iter(loader), next() until it ends
+            pass
+    workers.drain()
+    keys = {(b.pass_, b.idx) for b in workers.batches}
+    assert keys == {(p, i) for p in (0, 1) for i in range(8)}, sorted(keys)
+    assert {key[1:] for key in workers.waits} == keys  # the loop's wait for each of them
+    iterator = loader._iterator
+    workers.detach()
+    _untouched(loader)
+    assert loader.collate_fn is collate and loader.worker_init_fn is None
+    assert not {"_next_data", "_reset"} & set(vars(iterator))
+    assert [b.tolist() for b in loader][0] == [[float(i)] * 16 for i in range(8)]

@@ -128,6 +128,12 @@ class ProfilerCallback(Callback):
                         type(other).__name__)
 
     @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._first_pass is not None:  # a fit that never reached on_train_start
+            self._first_pass.stop()
+            self._first_pass = None
+
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         assert self.logdir is not None, "setup() resolves logdir before training starts"
         config = self.config

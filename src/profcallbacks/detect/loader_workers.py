@@ -162,6 +162,7 @@ class LoaderWorkers:
             if fresh:
                 loader.worker_init_fn = WorkerInit(user_init, current.ring, sampler=self._sampler)
                 loader.collate_fn = TimedCollate(user_collate)
+                self._control(current)  # before the first indices reach the new workers
         except Exception as exc:
             return self._give_up(exc, make)
         try:
@@ -239,8 +240,8 @@ class LoaderWorkers:
             self._wanted.pop(reason, None)
         self._control()
 
-    def _control(self) -> None:
-        current = self._pass
+    def _control(self, current: _Pass | None = None) -> None:
+        current = current if current is not None else self._pass
         if current is None:
             return
         control = current.ring.control

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from profcallbacks.detect.frames import CallerFrames, display_path
 from profcallbacks.detect.worker_ring import SAMPLING, WorkerRing
 
-INTERVAL_S = 0.01
+INTERVAL_S = 0.02
 """Seconds of the worker's CPU time between two samples while sampling."""
 PUBLISH_S = 0.25
 """Seconds between two publications of the counts (and at the 1st, 2nd, 4th... sample)."""

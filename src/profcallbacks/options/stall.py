@@ -46,7 +46,7 @@ class StallConfig:
             or a capture window records, so the stall finding says where the workers' time goes
             (``benchmarks/loader_cost.py``: under 1% of a batch of 5 ms or more, the sampler
             included).
-        sample_workers: While a stall is open, sample each worker's stack every 10 ms of its
+        sample_workers: While a stall is open, sample each worker's stack every 20 ms of its
             CPU time to name the hot lines of the dataset's code.
 
     Example:

@@ -334,3 +334,33 @@ def test_gpu_events_only_get_a_verdict_over_the_gpu_span():
     verdict = decide(metrics)
     assert verdict is not None and verdict["kind"] == "gpu_compute_bound"
     assert verdict["evidence"][0].startswith("the trace holds GPU events only")
+
+
+def test_a_verdicts_kind_does_not_depend_on_the_run_context():
+    """Each rank's verdict is decided as its file is read, before the run's context (device,
+    loader, framework, contention ...) is known: the context may word the advice and evidence,
+    never change the kind, share or close call, or the ranks' verdicts would differ from the run's."""
+    from profcallbacks.report.analyse.advice import RunContext
+    from profcallbacks.report.analyse.verdict import decide
+
+    contexts = [None, RunContext(device="cpu"), RunContext(device="cuda", gpu_name="NVIDIA A100",
+                                                           capability=(8, 0), dtype="fp32"),
+                RunContext(device="rocm", world_size=8, framework="lightning", compiled=True),
+                RunContext(device="cuda", contended=True, loader={"num_workers": 0},
+                           loader_advice=("num_workers=4",), framework="hf", dtype="bf16"),
+                RunContext(device="cuda", gpu_unrecorded=True)]
+    decided = 0
+    for folder in ("gpu-traces", "kineto-traces", "hta-traces", "dlrm-ranks"):
+        report = build_report(locate_run(DATA.parent / folder))
+        for capture in report["captures"]:
+            metrics = capture.get("metrics")
+            if not metrics:
+                continue
+            seen = set()
+            for context in contexts:
+                v = decide(metrics, context=context, diagnoses=capture.get("diagnoses") or [])
+                seen.add(None if v is None else
+                         (v["kind"], v["share"], v["close_to"], str(v["secondary"])))
+            assert len(seen) == 1, (folder, capture.get("directory"), seen)
+            decided += 1
+    assert decided >= 4

@@ -27,7 +27,8 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+                PYTHONFAULTHANDLER="1")
 
 
 def _row(rank: int, first: int, last: int, median_ms: float, **extra: float) -> str:
@@ -84,7 +85,12 @@ def test_waits_for_a_missing_directory_and_exits_0_on_ctrl_c(tmp_path: Path) -> 
         _wait_for(lines, "step 19")
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where it is stuck: faulthandler prints every thread
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=30)
+            raise AssertionError("watch did not end on Ctrl-C:\n" + proc.stderr.read()) from None
         reader.join(timeout=10)
     err = proc.stderr.read()
     assert proc.returncode == 0, err

@@ -1,7 +1,15 @@
+import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# The processes the tests start get Ctrl-C as from a terminal, whatever started the suite: a shell
+# that runs a command in the background without job control (`cmd &` in a script, `nohup`) has
+# it ignore SIGINT, which its children inherit, and Python then installs no KeyboardInterrupt
+# (a `watch` or a training child would never see the tests' SIGINT). A handled signal is reset
+# to its default in each child at exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

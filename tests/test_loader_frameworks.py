@@ -54,6 +54,7 @@ def _untouched(loader: DataLoader[Any]) -> None:
 
 def test_lightning_trainer_names_fetch_and_the_decoding_line(tmp_path: Path) -> None:
     import lightning.pytorch as pl
+    from lightning.fabric.utilities.seed import pl_worker_init_function
 
     from profcallbacks.lightning import ProfilerCallback
 
@@ -77,7 +78,11 @@ def test_lightning_trainer_names_fetch_and_the_decoding_line(tmp_path: Path) -> 
     trainer.fit(Tiny(), loader)
     _names_fetch_at_the_line(_stall(callback.findings))
     _untouched(loader)
-    assert loader.worker_init_fn is None and loader.collate_fn is collate
+    # Lightning's own seeding of workers (PL_SEED_WORKERS, set by seed_everything(workers=True)
+    # anywhere earlier in the process) is the only worker_init_fn a fit may leave
+    init = loader.worker_init_fn
+    assert init is None or getattr(init, "func", None) is pl_worker_init_function, init
+    assert loader.collate_fn is collate
 
 
 def test_hf_trainer_names_fetch_and_the_decoding_line(tmp_path: Path) -> None:

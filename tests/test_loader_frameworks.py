@@ -56,18 +56,8 @@ def test_lightning_trainer_names_fetch_and_the_decoding_line(tmp_path: Path) -> 
     import lightning.pytorch as pl
     from lightning.fabric.utilities.seed import pl_worker_init_function
 
+    from lightning_ddp_script import Tiny  # one linear layer on 16 features, SGD
     from profcallbacks.lightning import ProfilerCallback
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Linear(16, 1)
-
-        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-            return self.net(batch).pow(2).mean()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     loader = DataLoader(SlowDecode(n=400), batch_size=4, num_workers=2)
     callback = ProfilerCallback(tmp_path, **{**QUIET, "stall": STALL})

@@ -4,10 +4,13 @@ For each scenario (``benchmarks/calibration_scenarios.py``) the loop with the pa
 once through ``StepProfiler`` and read by the report, whose diagnosis of the scenario's kind gives
 the *predicted* gain per step (0 when it names nothing). Then the loop with the pattern and the loop
 with the fix run untraced, in alternating blocks (interleaved, so a machine that slows down for a
-while slows both); each variant's step time is its fastest block (the least disturbed on a shared
-machine, as ``timeit`` takes the minimum) and the *measured* gain their difference. A prediction
-meets the target when it is within 30% (or 1 ms) of the measured gain; a fix that measurably gains
-nothing (under 5% of the step) meets it when the predicted gain is under 5% of the step too.
+while slows both); each variant's step time is its median block and the *measured* gain the median
+of the rounds' differences (each round times both variants side by side). Medians, not the fastest
+block: on a memory-bound step the difference of the two fastest blocks swung by 4 ms of a 19 ms
+step from run to run, and on a busy machine the fastest block of an oversubscribed loop is the
+rare one no other job held up, not the step the user gets. A prediction
+meets the target when it is within 30% (or 1 ms) of the measured gain; for a fix that measurably
+gains nothing (under 5% of the step, or slower) a predicted gain under 5% of the step meets it too.
 
 The profiler slows what it records (each operator, and with ``with_stack`` the Python between
 them), so a gain in the profiled trace's milliseconds is compared through its share of the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -71,12 +75,14 @@ class Result:
 
     @property
     def meets(self) -> bool:
-        """Within 30% (or 1 ms) of the measured gain; a fix that gains nothing predicted under
-        5% of the step."""
-        if self.measured_ms < NOTHING_SHARE * self.before_ms:
-            return self.predicted_ms < NOTHING_SHARE * self.before_ms
-        return abs(self.predicted_ms - self.measured_ms) <= max(TOLERANCE * self.measured_ms,
-                                                                FLOOR_MS)
+        """Within 30% (or 1 ms) of the measured gain, or, for a fix that gains nothing (under 5%
+        of the step, or slower), predicted under 5% of the step: a prediction of nothing is right
+        where the fix made the step slower, however much slower."""
+        if abs(self.predicted_ms - self.measured_ms) <= max(TOLERANCE * self.measured_ms,
+                                                            FLOOR_MS):
+            return True
+        nothing = NOTHING_SHARE * self.before_ms
+        return self.measured_ms < nothing and self.predicted_ms < nothing
 
 
 def _predict(scenario: Scenario, logdir: Path) -> tuple[float, float, str, str, float | None]:
@@ -84,12 +90,19 @@ def _predict(scenario: Scenario, logdir: Path) -> tuple[float, float, str, str, 
     the verdict, and the step it predicts after the fix (``None``: not given)."""
     loop = scenario.make(False)
     torch.set_num_threads(loop.threads)
-    prof = StepProfiler(logdir, schedule=Schedule(skip_first=5, warmup=1, active=5),
+    prof = StepProfiler(logdir, schedule=Schedule(skip_first=5, warmup=1, active=10),
                         tensorboard_scalars=False, watch_capture_file=False, sync_audit=False,
                         stall=None, slowdown=None, memory=None, baseline_capture=False)
     try:
         with prof:
-            for _ in range(12):
+            # the export helper process boots now (about a second of one core), as during a
+            # real run's first steps; these loops' first steps take milliseconds, so without
+            # the pause the capture would record the helper's start-up as another job on the
+            # machine. Ten steps: an operator split over threads on a busy machine needs an
+            # instance no thread waited in (five steps of the thread scenario had none once in
+            # five runs)
+            time.sleep(1.5)
+            for _ in range(17):
                 loop.step(next(loop.batches))
                 prof.step()
     finally:
@@ -116,20 +129,28 @@ def _block(loop: Loop, steps: int) -> float:
 
 
 def _measure(scenario: Scenario, rounds: int, steps: int) -> tuple[float, float, float]:
-    """Fastest block step time of the pattern and of the fix, and their difference."""
-    loops = (scenario.make(False), scenario.make(True))
+    """Median block step time of the pattern and of the fix, and the median of the rounds'
+    differences (pattern less fix). A scenario marked ``rebuild`` gets both loops built afresh
+    each round: where its tensors lie in memory changes its step by more than the fix does."""
+    loops: tuple[Loop, Loop] | None = None
+    before, after = [], []
     try:
-        for loop in loops:  # warm-up: workers started, compiled, caches filled
-            _block(loop, max(steps // 2, 3))
-        before, after = [], []
         for r in range(rounds):
+            if loops is None or scenario.rebuild:
+                if loops is not None:
+                    for loop in loops:
+                        loop.close()
+                loops = (scenario.make(False), scenario.make(True))
+                for loop in loops:  # warm-up: workers started, compiled, caches filled
+                    _block(loop, max(steps // 2, 3))
             order = loops if r % 2 == 0 else loops[::-1]
             times = {id(loop): _block(loop, steps) for loop in order}
             before.append(times[id(loops[0])])
             after.append(times[id(loops[1])])
-        return min(before), min(after), min(before) - min(after)
+        diffs = [b - a for b, a in zip(before, after, strict=True)]
+        return statistics.median(before), statistics.median(after), statistics.median(diffs)
     finally:
-        for loop in loops:
+        for loop in loops or ():
             loop.close()
 
 

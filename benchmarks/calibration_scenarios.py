@@ -10,7 +10,7 @@ worth doing). Every loop runs on the CPU with its own seed; sizes are chosen so 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +40,7 @@ class Scenario:
     make: Callable[[bool], Loop]
     fast: bool = False  # cheap and steady enough for tests/test_calibration.py
     busy: bool = False  # run with a CPU burner beside it (a shared machine)
+    rebuild: bool = False  # measured with fresh loops each round (memory placement varies)
 
 
 def _endless(value: Any) -> Iterator[Any]:
@@ -150,8 +151,8 @@ def _copy(fixed: bool) -> Loop:
 
 def _threads(fixed: bool) -> Loop:
     torch.manual_seed(0)
-    a = torch.randn(256, 256)
-    b = torch.randn(256, 256)
+    a = torch.randn(512, 512)  # a step of several ms: longer than the scheduler's time slice,
+    b = torch.randn(512, 512)  # so another job's share of the cores shows in every step
 
     def step(_: Any) -> None:
         for _ in range(8):
@@ -160,32 +161,25 @@ def _threads(fixed: bool) -> Loop:
     return Loop(_endless(None), step, threads=1 if fixed else 2)
 
 
-def _burn(stop: Any) -> None:
-    while not stop.is_set():
-        sum(range(10_000))
-
-
 @contextlib.contextmanager
 def busy_machine() -> Iterator[None]:
-    """One process spinning on a CPU for the duration (another job on a shared machine)."""
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    proc = ctx.Process(target=_burn, args=(stop,), daemon=True)
-    proc.start()
+    """One process spinning on a CPU for the duration (another job on a shared machine): a shell
+    loop, burning from its first millisecond (a Python child would spend its first seconds
+    importing this module's torch, so a capture made meanwhile would see a machine half busy)."""
+    proc = subprocess.Popen(["sh", "-c", "while :; do :; done"])
     try:
+        time.sleep(0.2)  # the scheduler has placed it
         yield
     finally:
-        stop.set()
-        proc.join(5)
-        if proc.is_alive():
-            proc.terminate()
+        proc.kill()
+        proc.wait()
 
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("many small params: foreach off -> on", "unfused_optimizer",
              "Adam(foreach=True)", lambda f: _mlp(8, 80, f)),
     Scenario("few large params: foreach off -> on", "unfused_optimizer",
-             "Adam(foreach=True)", lambda f: _mlp(1024, 3, f, batch=64), fast=True),
+             "Adam(foreach=True)", lambda f: _mlp(1024, 3, f, batch=64), fast=True, rebuild=True),
     Scenario("heavy __getitem__: num_workers 0 -> 2", "input_pipeline",
              "DataLoader(num_workers=2)", _loader),
     Scenario("per-step .item() -> none", "sync_in_step", "log .item() every N steps", _item,

@@ -2,9 +2,9 @@
 gains nothing on a CPU (it does not block there). The report's prediction is what this test
 holds: under 5% of the step. The measured gain beside it depends on how busy the machine is, so
 it is the benchmark's to compare (benchmarks/calibration.py; the table is in
-docs/explanation/calibration.md). Foreach on a few large parameters, the other fix that gains
-nothing, is predicted at 4-6% of the step (its operators' start-to-start time still holds their
-arithmetic): the benchmark shows it, this test does not hold it yet."""
+docs/explanation/calibration.md). Foreach on a few large parameters, a fix that gains little
+(0.4-0.7 ms of a 20 ms step), is predicted at 6-8% of the profiled step (the profiler's cost per
+operator inflates the loop's share): the benchmark compares it, this test does not hold it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Oversubscription read from the machine's load while a capture recorded, on recorded real runs.
 
-Both traces are the calibration's thread scenario as it was when they were recorded
-(``benchmarks/calibration_traces.py``; the scenario now multiplies 512 x 512 matrices: 8
-multiplications of 256 x 256 per step, ``torch.set_num_threads(2)``) profiled through
+Both traces are the calibration's thread scenario (``benchmarks/calibration_traces.py``, when it
+did 8 multiplications of 256 x 256 per step; 512 x 512 now), ``torch.set_num_threads(2)``,
+profiled through
 ``StepProfiler`` on a two-core VM shared with other jobs, 2026-12-03:
 
 - ``threads_busy``: with a CPU burner beside it. The step took 18.6 ms profiled; its threads

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from statistics import median
 
 import pytest
 import torch
@@ -72,7 +73,11 @@ def test_a_co_tenant_making_steps_10x_slower_from_step_50_is_alerted_within_budg
     """Nine processes started at step 50 on the loop's own core take ~90% of its time.
 
     A shorter ``min_duration_s`` and ``min_steps`` than the defaults keep the test short; the
-    budget is the same rule: max(50 steps, min_duration_s + 5 s) of slow steps.
+    budget is the same rule: max(50 steps, min_duration_s + 5 s) of slow steps. The alert's
+    typical step and ratio are held to the steps' own times, measured here: how much slower the
+    tenants make the loop depends on what else shares the core (3.3x beside two CPU burners,
+    where the core was already half theirs; about 10x on an idle machine); the exact ratio on
+    recorded times is the first test's.
     """
     core = min(os.sched_getaffinity(0))
     saved_affinity, saved_threads = os.sched_getaffinity(0), torch.get_num_threads()
@@ -82,6 +87,7 @@ def test_a_co_tenant_making_steps_10x_slower_from_step_50_is_alerted_within_budg
                         capture_on_slowdown=False, slowdown=config)
     a, b = torch.randn(96, 96), torch.randn(96, 96)
     tenants: list[subprocess.Popen] = []
+    ends: list[float] = []  # ends[i]: when step i ended, as the loop sees it
     alert_at = None
     try:
         os.sched_setaffinity(0, {core})
@@ -103,6 +109,7 @@ def test_a_co_tenant_making_steps_10x_slower_from_step_50_is_alerted_within_budg
                 for _ in range(work):
                     a = (a @ b).tanh()
                 prof.step()
+                ends.append(time.perf_counter())
                 if any(f.kind == STEP_SLOWDOWN for f in prof.findings):
                     alert_at = step
                     break
@@ -112,9 +119,21 @@ def test_a_co_tenant_making_steps_10x_slower_from_step_50_is_alerted_within_budg
             tenant.wait()
         os.sched_setaffinity(0, saved_affinity)
         torch.set_num_threads(saved_threads)
+    # the loop's own clock: the typical step (the first early_steps steps after the warm-up:
+    # beside other jobs the speed wanders before the tenants come too), and the tenants' steps
+    first = config.warmup_steps
+    before = median(b - a for a, b in zip(ends[first - 1:first + config.early_steps - 1],
+                                          ends[first:first + config.early_steps], strict=True))
+    tenanted = median(b - a for a, b in zip(ends[51:70], ends[52:71], strict=False))
+    if tenanted / before < config.early_ratio:  # beside four CPU burners: 1.4-1.7x
+        pytest.skip(f"the machine's other work left the tenants a {tenanted / before:.1f}x "
+                    f"slowdown, under the early alert's {config.early_ratio}x")
     (alert,) = [f for f in prof.findings if f.kind == STEP_SLOWDOWN]
     assert alert_at is not None and 45 <= alert.details["first_slow_step"] <= 53, alert.message
-    assert alert.details["ratio"] >= 4, alert.message
+    first, count = alert.details["first_slow_step"], alert.details["slow_steps"]
+    slow = (ends[first + count - 1] - ends[first - 1]) / count  # the alerted steps' mean
+    assert alert.details["baseline_step_time_s"] == pytest.approx(before, rel=0.3), alert.message
+    assert alert.details["observed_step_time_s"] == pytest.approx(slow, rel=0.1), alert.message
     slow_s = alert.details["slow_duration_s"]
     assert slow_s <= config.min_duration_s + 5.0 or alert_at - 50 <= 50, alert.message
 

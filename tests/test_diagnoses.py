@@ -222,6 +222,34 @@ def test_no_launch_bound_when_most_idle_time_is_not_late_launches():
     assert "launch_bound" not in _diagnose(events)
 
 
+def _single_process_loader(wait_us: float, rest_us: float) -> list[dict[str, Any]]:
+    """Three CPU steps, each a ``num_workers=0`` fetch of ``wait_us`` then ``rest_us`` of work."""
+    events = []
+    for step in range(3):
+        t = step * (wait_us + rest_us)
+        events += [_op(f"ProfilerStep#{step}", t, wait_us + rest_us, "user_annotation"),
+                   _op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, wait_us),
+                   _op("aten::mm", t + wait_us, rest_us)]
+    return events
+
+
+@pytest.mark.parametrize(("rest_ms", "workers", "gain_ms"), [
+    (1.0, 8, 36.0),  # 40 workers would hide it, 8 at most: a batch every 5 ms, 4 ms after the rest
+    (5.2, 8, 40.0),  # ceil(40 / 5.2) = 8 workers: a batch every 5 ms, within the rest
+    (10.0, 4, 40.0),  # 4 workers: a batch every 10 ms, just within the rest
+    (50.0, 1, 40.0),  # one worker builds the next batch while the step runs
+])
+def test_input_pipeline_workers_and_gain_from_the_steps_times(rest_ms, workers, gain_ms):
+    # Reasoning: a 40 ms wait per step with num_workers=0. N workers build N batches at a time
+    # while the rest of the step runs: the fewest that hide the wait are ceil(wait / rest), at
+    # most 8; what is left is wait / N less the rest of the step.
+    found = _diagnose(_single_process_loader(40_000.0, rest_ms * 1e3))["input_pipeline"]
+    assert found.details["workers"] == workers
+    assert f"DataLoader(num_workers={workers}," in found.fix[0]
+    assert found.details["data_wait_ms"] == pytest.approx(40.0)
+    assert found.gain_ms == pytest.approx(gain_ms)
+
+
 def _accumulation(no_sync: bool) -> list[dict[str, Any]]:
     """A step of 4 micro-batches (DDP forward + backward), with an all-reduce after each
     backward, or only after the last one (``no_sync``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -113,12 +114,10 @@ def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInf
     verdict = profile["verdict"]
     if verdict is not None:
         leading = profile["diagnoses"][:TOP_LIVE]
-        first = (f" Top diagnosis: {leading[0]['kind']}, up to {leading[0]['gain_ms']:.2f} ms per "
-                 f"step: {leading[0]['fix'][0]}" if leading else "")
         findings.append(Finding(
             CAPTURE_VERDICT, step, info.rank.rank, "info",
             f"capture {info.name}: {label(verdict)} ({verdict['share']:.0%}); "
-            f"{verdict['evidence'][0]}. Try: {verdict['advice'][0]}{first}",
+            f"{verdict['evidence'][0]}. {_what_to_try(verdict['advice'][0], leading)}",
             {"capture": info.name, **verdict, "diagnoses": leading,
              "throughput": profile["throughput"],
              **({"directory": str(trace_file.parent.absolute())}
@@ -128,6 +127,31 @@ def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInf
         findings += _slowdown_diagnosis(healthy[-1], profile, info, step, verdict)
     history.append(profile)
     return findings
+
+
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
+def _what_to_try(advice: str, leading: list[dict[str, Any]]) -> str:
+    """The verdict's advice and the top diagnosis with its gain and fix; the diagnosis's fix alone
+    where both open alike (the same fix said twice; the diagnosis's is the more specific). What
+    follows ``Try:`` is cut where the report lists the message (``advice.without_advice``).
+
+    Example:
+        >>> top = [{"kind": "input_pipeline", "gain_ms": 9.6, "fix": ["Use 4 per core."]}]
+        >>> _what_to_try("Raise num_workers.", top)
+        'Try: Raise num_workers. Top diagnosis: input_pipeline, up to 9.60 ms per step: Use 4 per core.'
+        >>> _what_to_try("Use 4 per core, or 8.", top)
+        'Try: Use 4 per core. Top diagnosis: input_pipeline, up to 9.60 ms per step.'
+    """
+    if not leading:
+        return f"Try: {advice}"
+    top = leading[0]
+    gain = f"Top diagnosis: {top['kind']}, up to {top['gain_ms']:.2f} ms per step"
+    fix = top["fix"][0]
+    if _WORD.findall(advice.lower())[:4] == _WORD.findall(fix.lower())[:4]:
+        return f"Try: {fix} {gain}."
+    return f"Try: {advice} {gain}: {fix}"
 
 
 def _slowdown_diagnosis(before: dict[str, Any], profile: dict[str, Any], info: CaptureInfo,

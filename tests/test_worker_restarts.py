@@ -71,7 +71,14 @@ def test_workers_started_again_every_epoch_are_told_to_persist(tmp_path):
         in waits[1].message
     assert all("set persistent_workers=True so workers survive between epochs" in f.message
                for f in waits)
-    assert not [f for f in prof.findings if f.kind == DATALOADER_STALL]
+    # the start-up waits are no stall's: a stall here is the machine's (beside two CPU burners the
+    # workers' sends took 5 ms a batch, 2.8 ms of a 9.2 ms step over the whole run), its wait per
+    # step below one start-up's spread over its steps; on fixed times, no stall at all:
+    # test_restarts_every_pass_are_start_up_waits_not_a_stall
+    startup_ms = min(f.details["data_wait_ms"] for f in waits)
+    for stall in [f for f in prof.findings if f.kind == DATALOADER_STALL]:
+        steps = stall.details["last_step"] - stall.details["first_step"] + 1
+        assert stall.details["data_wait_ms_per_step"] < startup_ms / steps, stall.message
 
     kept, persistent_s = train(tmp_path / "persistent", persistent=True)
     assert [f.step for f in start_up_waits(kept.findings)] == [0]  # start-up once
@@ -89,6 +96,22 @@ def test_each_workers_first_batch_belongs_to_the_start_up_wait():
     records += [StepRecord(i, 0.01, 0.0) for i in range(42, 80)] + [StepRecord(80, 0.25, 0.2)]
     found = [f for r in records for f in detector.observe(r)]
     assert [(f.step, f.details["pattern"]) for f in found] == [(40, "startup"), (80, "isolated")]
+
+
+def test_restarts_every_pass_are_start_up_waits_not_a_stall():
+    """Four passes of 8 steps whose workers start again each pass (0.3 s, then 0.2 s for the
+    second worker's first batch), no wait in between: four start-up notes, no stall."""
+    detector = StallDetector(StallConfig(max_isolated_reports=100))
+    detector.set_loader(describe_loader(DataLoader(range(8), num_workers=2)))
+    records = []
+    for first in range(0, 32, 8):
+        records += [StepRecord(first, 0.31, 0.3, after_pause=True), StepRecord(first + 1, 0.21, 0.2)]
+        records += [StepRecord(i, 0.009, 0.0005) for i in range(first + 2, first + 8)]
+    found = [f for r in records for f in detector.observe(r)]
+    detector.close(failed=False)  # a stall holding at the end of a short run is reported here
+    found += detector.take_findings()
+    assert [(f.kind, f.step, f.details.get("pattern")) for f in found] == [
+        (DATALOADER_WAIT, step, "startup") for step in (0, 8, 16, 24)]
 
 
 def test_stall_advice_names_persistent_workers_after_several_passes():

@@ -26,6 +26,7 @@ from profcallbacks.findings import (
     Finding,
 )
 from profcallbacks.report import build_report, locate_run, render_text
+from profcallbacks.report.analyse.growth import WAIT_SHARE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -287,10 +288,7 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
 
     os.sched_setaffinity(0, {cpu})
     try:
-        # steps of tens of ms, several of the scheduler's time slices: every step is slowed alike;
-        # six steps a capture: where the neighbours' turns land moves an operator's share of
-        # three steps by more than the 20% a uniform slowdown allows (one run in the whole suite
-        # beside two burners: the operators 4.2x for a 4.9x step, yet "concentrated")
+        # steps of tens of ms, each several of the scheduler's time slices
         prof = run(tmp_path, loader(), schedule=None, slowdown=DETECT, capture_steps=6, width=1024,
                    max_captures=100, on_finding=follow(switch), made=prof_box)
     finally:
@@ -303,13 +301,16 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
     [diagnosis] = [f for f in prof.findings
                    if f.kind == SLOWDOWN_DIAGNOSIS and f.details["after"] == after]
     growth = diagnosis.details["growth"]
+    # the process's counters decide, not the step's shape: with five spinning neighbours on its
+    # core, one operator (aten::mm) took 0.2-0.5 more of the step in half of ten captures
+    assert growth["core_wait"] is not None and growth["core_wait"] >= WAIT_SHARE, str(growth)
     assert growth["pattern"] == "uniform", (str(growth), str(diagnosis.details["changes"][:5]),
                                                f"{len(neighbours)} neighbours")
     # five processes on one core, yet each op only 1.7-3.3x slower in 16 runs (the scheduler
     # favours the woken trainer): clearly slowed, not the 5x a fair share would give
     assert growth["factor"] > 1.4
     assert "the whole step slowed uniformly" in diagnosis.message
-    assert "not your code" in diagnosis.message
+    assert "waiting for a core" in diagnosis.message and "not your code" in diagnosis.message
 
 
 def test_slower_loader_diagnosed_as_data_wait_growth(tmp_path):

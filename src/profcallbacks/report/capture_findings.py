@@ -23,7 +23,7 @@ from profcallbacks.findings import CAPTURE_VERDICT, SLOWDOWN_DIAGNOSIS, Finding
 from profcallbacks.report.analyse.advice import run_context
 from profcallbacks.report.analyse.captures import analyse_trace, pool
 from profcallbacks.report.analyse.expert import TOP_LIVE, fit_to_run
-from profcallbacks.report.analyse.growth import describe, growth_pattern
+from profcallbacks.report.analyse.growth import CpuPerStep, describe, growth_pattern
 from profcallbacks.report.analyse.rank_summary import summary_record
 from profcallbacks.report.analyse.verdict import decide, label
 from profcallbacks.report.read.traces import (
@@ -63,7 +63,22 @@ def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None =
                               diagnoses=expert["diagnoses"]) if metrics else None,
             "cpu_ops": {n: r[1] / steps for n, r in summary.cpu_ops.items()
                         if not n.startswith(LOADER_PREFIXES)},  # that is "data wait"
-            "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()}}
+            "gpu_ops": {n: r[1] / steps for n, r in summary.gpu_ops.items()},
+            "cpu_per_step": _cpu_per_step(model, metrics)}
+
+
+def _cpu_per_step(model: TraceModel, metrics: dict[str, Any] | None) -> CpuPerStep | None:
+    """The process's CPU time and wait for a core per step, scaled to the trace's step (the
+    counters' steps run from one ``prof.step()`` to the next), or ``None`` without them."""
+    load = model.capture.cpu_load if model.capture is not None else None
+    rows = [r for r in (load or {}).get("steps") or []
+            if isinstance(r, list) and len(r) == 4
+            and all(isinstance(v, (int, float)) for v in r[:3])]
+    wall = sum(r[0] for r in rows)
+    if not metrics or wall <= 0:
+        return None
+    scale = metrics["step_ms"] / wall
+    return CpuPerStep(sum(r[1] for r in rows) * scale, sum(r[2] for r in rows) * scale)
 
 
 def capture_findings(trace_file: Path | dict[str, Any] | bytes, info: CaptureInfo,
@@ -162,7 +177,8 @@ def _slowdown_diagnosis(before: dict[str, Any], profile: dict[str, Any], info: C
     head = f"step {before_ms:.2f} -> {after_ms:.2f} ms since capture {before['name']}; "
     growth = growth_pattern(_parts(before["metrics"]), _parts(profile["metrics"]),
                             {**before["cpu_ops"], **before["gpu_ops"]},
-                            {**profile["cpu_ops"], **profile["gpu_ops"]})
+                            {**profile["cpu_ops"], **profile["gpu_ops"]},
+                            before.get("cpu_per_step"), profile.get("cpu_per_step"))
     details: dict[str, Any] = {"before": before["name"], "after": info.name,
                                "before_step_ms": before_ms, "after_step_ms": after_ms,
                                "before_verdict": before["verdict"], "after_verdict": verdict,

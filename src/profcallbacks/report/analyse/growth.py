@@ -13,7 +13,15 @@ apart:
 - ``shift``: how much of the step moved between parts (half the summed share changes, 0-1);
 - ``op_shift``: the largest rise of one operator's (or kernel's) share of the step.
 
-The growth is ``uniform`` when the step grew by ``MIN_FACTOR`` or more, the CPU operators
+Where both captures carry the process's CPU counters (``core/cpu_load.py``: per step its CPU
+time and the time its threads were runnable but waited for a core), they decide first: the growth
+is ``uniform`` when waiting for a core took ``WAIT_SHARE`` or more of the time the step grew and
+CPU work at most ``WORK_SHARE`` of it. The shape cannot say so: each of the neighbours' turns lands
+on whichever operator runs, and on a core shared with five spinning processes one large operator
+took 0.2-0.5 more of the step in half of ten 6-step captures (aten::mm, the most time of the
+step's operators) while the process's CPU time per step stayed put.
+
+Otherwise the growth is ``uniform`` when the step grew by ``MIN_FACTOR`` or more, the CPU operators
 (at least ``MIN_OPS_PART`` of the step) and the data wait, when it is a major part, grew within
 ``UNIFORM_BAND`` times of the step's factor and ``op_shift`` stays within
 ``UNIFORM_OP_SHIFT``; ``concentrated`` otherwise, naming the parts and operators whose share of
@@ -34,7 +42,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class CpuPerStep(NamedTuple):
+    """The process's CPU counters over a capture, per step (``core/cpu_load.py``)."""
+
+    cpu_ms: float  # on-CPU time of its threads
+    wait_ms: float  # time its threads were runnable but waited for a core
+
 
 MIN_FACTOR = 1.3
 MAJOR_PART = 0.25
@@ -49,6 +65,12 @@ slowdown: with a co-tenant on the training's core the parts grew 3.5-5x for a 4-
 tests; a slower loader grew 5x beside operators that grew 1-2x."""
 UNIFORM_OP_SHIFT = 0.2
 """Largest rise of one operator's share of the step in a uniform slowdown."""
+WAIT_SHARE = 0.5
+"""Share of the step's growth its threads spent waiting for a core, at least, for the machine."""
+WORK_SHARE = 0.25
+"""Share of the step's growth that was the process's own CPU work, at most, for the machine: a
+step that does more work on a loaded machine also waits more (extra matrix multiplications beside
+two CPU-burning processes on two cores: a third of the growth was waiting, the rest work)."""
 
 
 def _shares(parts: dict[str, float]) -> dict[str, float]:
@@ -57,20 +79,38 @@ def _shares(parts: dict[str, float]) -> dict[str, float]:
 
 
 def growth_pattern(before: dict[str, float], after: dict[str, float],
-                   before_ops: dict[str, float], after_ops: dict[str, float]) -> dict[str, Any]:
+                   before_ops: dict[str, float], after_ops: dict[str, float],
+                   before_cpu: CpuPerStep | None = None,
+                   after_cpu: CpuPerStep | None = None) -> dict[str, Any]:
     """How the step grew from ``before`` to ``after``.
 
     Args:
         before, after: The step's parts (ms per step) that add up to it: ``data wait``,
             ``CPU operators``, ``other``.
         before_ops, after_ops: Operators' and kernels' self times (ms per step).
+        before_cpu, after_cpu: The process's CPU time and its threads' wait for a core (ms per
+            step), where the captures carry them.
 
     Returns:
-        ``{"pattern", "factor", "shift", "part_factors", "op_shift", "concentrated_in"}``:
-        ``pattern`` is
+        ``{"pattern", "factor", "shift", "part_factors", "op_shift", "concentrated_in",
+        "core_wait"}``: ``pattern`` is
         ``uniform``, ``concentrated`` or ``none`` (the step did not grow by ``MIN_FACTOR``);
         ``factor`` the step's growth; ``concentrated_in`` the parts or operators whose share of
-        the step rose most (at most 3), largest first.
+        the step rose most (at most 3), largest first; ``core_wait`` the share of the step's
+        growth spent waiting for a core (``None`` without the counters).
+
+    Example:
+        >>> parts = {"data wait": 0.0, "CPU operators": 10.0, "other": 2.0}
+        >>> slow = {"data wait": 0.0, "CPU operators": 60.0, "other": 12.0}
+        >>> ops, taken = {"aten::mm": 5.0, "aten::add": 5.0}, {"aten::mm": 50.0, "aten::add": 10.0}
+        >>> growth_pattern(parts, slow, ops, taken)["pattern"]  # the shape alone: aten::mm
+        'concentrated'
+        >>> growth_pattern(parts, slow, ops, taken, CpuPerStep(12.0, 0.5),
+        ...                CpuPerStep(13.0, 59.0))["pattern"]  # it waited for a core
+        'uniform'
+        >>> growth_pattern(parts, slow, ops, taken, CpuPerStep(12.0, 0.5),
+        ...                CpuPerStep(40.0, 32.0))["pattern"]  # more work, and waits with it
+        'concentrated'
     """
     step_b, step_a = sum(before.values()), sum(after.values())
     factor = step_a / step_b if step_b > 0 else 0.0
@@ -88,8 +128,11 @@ def growth_pattern(before: dict[str, float], after: dict[str, float],
         part_factors["CPU operators"] = after.get("CPU operators", 0.0) / ops_b
     alike = "CPU operators" in part_factors and all(
         factor / UNIFORM_BAND <= f <= factor * UNIFORM_BAND for f in part_factors.values())
+    core_wait = _core_wait(before_cpu, after_cpu, step_a - step_b)
     if factor < MIN_FACTOR:
         pattern = "none"
+    elif core_wait is not None and core_wait[0] >= WAIT_SHARE and core_wait[1] <= WORK_SHARE:
+        pattern = "uniform"
     elif alike and op_shift <= UNIFORM_OP_SHIFT:
         pattern = "uniform"
     else:
@@ -99,11 +142,25 @@ def growth_pattern(before: dict[str, float], after: dict[str, float],
     return {"pattern": pattern, "factor": round(factor, 3), "shift": round(shift, 3),
             "part_factors": {k: round(v, 3) for k, v in part_factors.items()},
             "op_shift": round(op_shift, 3),
-            "concentrated_in": top if pattern == "concentrated" else []}
+            "concentrated_in": top if pattern == "concentrated" else [],
+            "core_wait": None if core_wait is None else round(core_wait[0], 3)}
+
+
+def _core_wait(before: CpuPerStep | None, after: CpuPerStep | None,
+               grew_ms: float) -> tuple[float, float] | None:
+    """The shares of the step's growth ``grew_ms`` that were waiting for a core and CPU work."""
+    if before is None or after is None or grew_ms <= 0:
+        return None
+    return ((after.wait_ms - before.wait_ms) / grew_ms, (after.cpu_ms - before.cpu_ms) / grew_ms)
 
 
 def describe(growth: dict[str, Any]) -> str:
     """One clause for the diagnosis message ('' when there is nothing to say)."""
+    if growth["pattern"] == "uniform" and growth.get("core_wait") is not None and (
+            growth["core_wait"] >= WAIT_SHARE):
+        return (f"the whole step slowed uniformly ({growth['factor']:.1f}x, "
+                f"{min(growth['core_wait'], 1.0):.0%} of the growth waiting for a core, not "
+                "working): the machine (contention, a noisy neighbour), not your code")
     if growth["pattern"] == "uniform":
         return (f"the whole step slowed uniformly ({growth['factor']:.1f}x, its parts in the same "
                 "proportions): the machine (contention, throttling, a noisy neighbour), not your code")

@@ -4,7 +4,7 @@ table is in docs/explanation/calibration.md):
 - removing a per-step .item(), a fix that gains nothing on a CPU (it does not block there): the
   report's prediction is what the test holds, under 5% of the step;
 - updating a 4 MB state in place instead of on a copy, a fix that gains about a third of a 0.9 ms
-  step: the report names the copy with its share of the step. Whether the prediction meets the
+  step: the report names the copy, not the whole step. Whether the prediction meets the
   benchmark's target (30% or 1 ms of the gain measured in the same run) is the benchmark's to
   say (docs/explanation/calibration.md): beside two CPU burners the same scenario's profiled copy
   grew to 0.76-0.78 of the step and the fix measured 0.03-0.73 ms in three runs a minute apart.
@@ -37,10 +37,14 @@ def test_a_fix_that_gains_nothing_is_predicted_as_nothing(scenario):
     assert result.predicted_ms < NOTHING_SHARE * result.before_ms, result
 
 
-def test_a_copy_is_named_with_its_share_of_the_step():
+def test_a_copy_is_named_as_the_copy_not_the_whole_step():
     result = run(COPY, rounds=2, steps=10)
     assert result.kind == "hidden_copies" and "copies' own time" in result.basis, result
-    assert 0.2 < result.traced_share < 0.95, result  # the copy, not the whole step
+    # the copy, not the whole step; named at all, it holds 5% of the step or more. How much
+    # more wanders with the neighbours' turns: beside two CPU burners 0.10-0.79 of ten-step
+    # captures (a turn elsewhere in the step dilutes it); the share on fixed times is
+    # tests/test_diagnoses.py's
+    assert result.traced_share < 0.95, result
 
 
 def result(before_ms: float, share: float, measured_ms: float) -> Result:

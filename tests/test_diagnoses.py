@@ -295,6 +295,28 @@ def test_hidden_copies_from_contiguous_and_layout_conversions():
     assert "hidden_copies" not in _diagnose(few)
 
 
+def _cloning_steps(clone_us: float) -> list[dict[str, Any]]:
+    """Two 1 ms CPU steps, each cloning its state (its copy_ inside the clone) and moving a
+    tensor with .to() (a copy_ under it)."""
+    events = []
+    for step, start in enumerate((0, 1_000), 1):
+        events += [_op(f"ProfilerStep#{step}", start, 1_000, "user_annotation"),
+                   _op("aten::clone", start + 100, clone_us),
+                   _op("aten::copy_", start + 110, clone_us - 20),
+                   _op("aten::mul_", start + 400, 100), _op("aten::mm", start + 600, 300),
+                   _op("aten::to", start + 920, 60), _op("aten::copy_", start + 925, 50)]
+    return events
+
+
+def test_hidden_copies_on_a_cpu_are_the_copies_own_time():
+    # Reasoning: the clone takes 300 us of each 1 ms step, its copy_ counted once; the .to()
+    # copies too, but that is a device move, not a hidden copy: 0.3 ms per step, 30%.
+    found = _diagnose(_cloning_steps(300))["hidden_copies"]
+    assert found.gain_ms == pytest.approx(0.3) and found.gain_share == pytest.approx(0.3)
+    assert "copies' own time" in found.details["basis"]
+    assert "hidden_copies" not in _diagnose(_cloning_steps(40))  # 4% of the step: under 5%
+
+
 def test_every_kind_is_documented():
     from profcallbacks.report.analyse.diagnoses import registry
 

@@ -190,7 +190,7 @@ def _align(ranks: list[_Rank]) -> dict[str, Any]:
     for r in ranks:
         clocks.setdefault(r.host if r.host not in UNKNOWN_HOSTS else f"\0{r.rank}", []).append(r)
     for sharing in clocks.values():
-        shift = 0.0 if ref in sharing else densest_half(
+        shift = 0.0 if any(r is ref for r in sharing) else densest_half(
             [ref.collectives[k][1] - r.collectives[k][1] for r in sharing for k in keys])
         for r in sharing:
             r.offset_us = shift

@@ -220,6 +220,19 @@ def test_worker_tracks_overlap_the_loops_waits_for_the_same_batches(tmp_path: Pa
     assert len(long) >= 2 and overlapping, (long, spans)
 
 
+def test_the_workers_clock_offset_comes_from_the_tightest_reading(monkeypatch) -> None:
+    # Reasoning: the wall clock is 1 s ahead of perf_counter. The first reading's thread waits
+    # 5 ms between its perf_counter and wall reads (a neighbour's turn): taken alone, the offset
+    # is 2.5 ms off. The second reads within 100 ns: the offset, exactly.
+    from profcallbacks.capture import worker_tracks
+
+    perf = iter([0, 5_000_100, 6_000_000, 6_000_100])
+    wall = iter([1_005_000_000, 1_006_000_050])
+    monkeypatch.setattr(worker_tracks.time, "perf_counter_ns", lambda: next(perf))
+    monkeypatch.setattr(worker_tracks.time, "time_ns", lambda: next(wall))
+    assert worker_tracks.wall_minus_perf_ns(reads=2) == 1_000_000_000
+
+
 def test_timing_can_be_turned_off(tmp_path: Path) -> None:
     loader = _loader(SlowDecode(kib=150), "fork")
     prof = _train(tmp_path, [loader], steps=70, step_s=0.005,

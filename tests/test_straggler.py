@@ -80,8 +80,8 @@ def _worker(rank, logdir, init_file):
                             sync_audit=False, tensorboard_scalars=False, slowdown=config,
                             watch_capture_file=False)
         with prof:
-            for _ in range(80):
-                time.sleep(0.006 if rank == 1 else 0.002)
+            for _ in range(80):  # a ratio that holds when each sleep ends behind neighbours
+                time.sleep(0.016 if rank == 1 else 0.002)
                 prof.step()
         # 2: DDP-like: an all_reduce every step equalises step times; rank 1's loader is slow
         prof = StepProfiler(os.path.join(logdir, "data"), schedule=None, stall=None,
@@ -90,7 +90,7 @@ def _worker(rank, logdir, init_file):
 
         def loader():
             while True:
-                time.sleep(0.006 if rank == 1 else 0.0005)
+                time.sleep(0.016 if rank == 1 else 0.0005)
                 yield torch.ones(4)
 
         with prof:
@@ -122,7 +122,10 @@ def test_two_process_gloo_run_flags_the_slow_rank(tmp_path):
         found = [f for f in read_findings(tmp_path / case, 0) if f["kind"] == "straggler"]
         assert len(found) == 1, (case, found)
         (f,) = found
-        assert f["details"]["slow_rank"] == 1 and f["step"] == 39 and cause in f["message"]
+        # at the second check (step 39) or a later one: a check where the machine held up the
+        # other rank's steps too breaks the run of checks (beside two CPU burners, 79 once); the
+        # step of the report on fixed times is test_gathers_only_at_check_steps_...'s
+        assert f["details"]["slow_rank"] == 1 and f["step"] in (39, 59, 79) and cause in f["message"]
         assert [f for f in read_findings(tmp_path / case, 1) if f["kind"] == "straggler"] == []
 
 

@@ -70,10 +70,7 @@ def capture_profile(model: TraceModel, info: CaptureInfo, previous: str | None =
 def _cpu_per_step(model: TraceModel, metrics: dict[str, Any] | None) -> CpuPerStep | None:
     """The process's CPU time and wait for a core per step, scaled to the trace's step (the
     counters' steps run from one ``prof.step()`` to the next), or ``None`` without them."""
-    load = model.capture.cpu_load if model.capture is not None else None
-    rows = [r for r in (load or {}).get("steps") or []
-            if isinstance(r, list) and len(r) == 4
-            and all(isinstance(v, (int, float)) for v in r[:3])]
+    rows = model.capture.load_rows() if model.capture is not None else []
     wall = sum(r[0] for r in rows)
     if not metrics or wall <= 0:
         return None

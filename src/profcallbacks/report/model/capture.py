@@ -213,6 +213,14 @@ class Capture:
     def n_steps(self) -> int:
         return max(len(self.steps), 1)
 
+    def load_rows(self) -> list[list[Any]]:
+        """The ``cpu_load`` rows ``[wall, cpu, run delay, pressure]`` (ms) of steps with a wall
+        time, whose first three figures are numbers (a hostile or old trace's others left out)."""
+        rows = (self.cpu_load or {}).get("steps")
+        return [r for r in rows if isinstance(r, list) and len(r) == 4 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[:3]) and r[0] > 0
+        ] if isinstance(rows, list) else []
+
     @property
     def has_gpu(self) -> bool:
         return any(k.cat == KERNEL for k in self.kernels)

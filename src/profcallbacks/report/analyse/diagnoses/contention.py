@@ -41,8 +41,7 @@ def oversubscribed(cap: Capture) -> Diagnosis | None:
     """See the module docstring."""
     load = cap.cpu_load or {}
     threads, cores = _number(load.get("threads")), _number(load.get("cpus"))
-    rows = [r for r in load.get("steps") or [] if isinstance(r, list) and len(r) == 4
-            and all(_number(v) is not None for v in r[:3]) and r[0] > 0]
+    rows = cap.load_rows()
     if threads is None or threads < 2 or not rows or not cap.cpu_only:
         return None
     # the median step by its wait: a step another job held up for a moment is not the run

@@ -52,8 +52,8 @@ def _stall(prof: StepProfiler) -> Finding:
 
 
 def _loader(dataset: Any, ctx: str, **kwargs: Any) -> DataLoader[Any]:
-    return DataLoader(dataset, num_workers=2, multiprocessing_context=ctx,
-                      **{"batch_size": 4, **kwargs})
+    return DataLoader(dataset, multiprocessing_context=ctx,
+                      **{"batch_size": 4, "num_workers": 2, **kwargs})
 
 
 @pytest.mark.parametrize("ctx", CONTEXTS)
@@ -90,9 +90,10 @@ def test_expensive_collate_names_collate_and_its_line(tmp_path: Path, ctx: str) 
 @pytest.mark.parametrize("ctx", CONTEXTS)
 def test_large_tensors_name_the_transfer(tmp_path: Path, ctx: str) -> None:
     # the whole pass, so the workers stop as at an epoch end (torch aborts a spawned worker that is
-    # still writing a large batch when its iterator is dropped)
-    prof = _train(tmp_path, [_loader(BigArrays(n=60, mib=48), ctx, batch_size=None)], steps=61,
-                  step_s=0.005)
+    # still writing a large batch when its iterator is dropped); one worker: with two the loop
+    # waited 37-45% of its step here, and a CI run's loop waited too little for a stall
+    prof = _train(tmp_path, [_loader(BigArrays(n=80, mib=48), ctx, batch_size=None, num_workers=1)],
+                  steps=81, step_s=0.005)
     stall = _stall(prof)
     workers = stall.details["loader_workers"]
     assert workers["part"] == "transfer", stall.message

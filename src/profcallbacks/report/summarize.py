@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -157,28 +158,38 @@ def launcher_rank() -> tuple[int, int]:
     return launcher_ranks(os.environ) or (0, 1)
 
 
-def rendezvous(directory: Path) -> str:
-    """Where the ranks meet: torchrun's ``MASTER_ADDR`` (``env://``); else (an srun step) a file
-    in ``directory``, which every rank reads anyway, named by the Slurm job and step."""
+def meeting_file(directory: Path) -> Path | None:
+    """Where the ranks meet: ``None`` under torchrun (its ``MASTER_ADDR``, ``env://``); else (an
+    srun step) a file in ``directory``, which every rank reads anyway, named by the Slurm job and
+    step."""
     if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-        return "env://"
+        return None
     job = "".join(c for c in os.environ.get("SLURM_JOB_ID", "0") if c.isalnum())
     step = "".join(c for c in os.environ.get("SLURM_STEP_ID", "0") if c.isalnum())
-    return f"file://{(directory / f'.profcallbacks-summarize-{job}.{step}').absolute()}"
+    return (directory / f".profcallbacks-summarize-{job}.{step}").absolute()
 
 
 def gather_counts(result: SummarizeResult, rank: int, world_size: int,
                   directory: Path) -> SummarizeResult:
     """Sum every rank's ``result`` on rank 0 over a gloo process group (joined at
-    ``rendezvous(directory)``, left afterwards); outside a job, ``result`` itself."""
+    ``meeting_file(directory)``, left afterwards); outside a job, ``result`` itself.
+
+    The meeting file's store is this function's own, dropped as the group is left: torch removes
+    the file when the last rank's store goes, and one left to the interpreter's exit can outlive
+    it (the file then stays behind)."""
     if world_size <= 1:
         return result
     import torch.distributed as dist
 
     own = not dist.is_initialized()
+    store = None
     if own:
-        dist.init_process_group("gloo", init_method=rendezvous(directory), rank=rank,
-                                world_size=world_size)
+        path = meeting_file(directory)
+        if path is None:
+            dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size)
+        else:
+            store = dist.FileStore(str(path), world_size)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     try:
         rank = dist.get_rank()
         gathered: list[Any] = [None] * dist.get_world_size() if rank == 0 else []
@@ -187,6 +198,8 @@ def gather_counts(result: SummarizeResult, rank: int, world_size: int,
     finally:
         if own:
             dist.destroy_process_group()
+            del store
+            gc.collect()
     if rank != 0:
         return result
     total = SummarizeResult()

@@ -233,8 +233,8 @@ REPORT_STAGES = [
     ("read",),  # find a run's files, decode any trace generation, stream, one pass into the model
     ("analyse",),  # breakdowns, verdicts, diagnoses, advice, growth, statistics, throughput
     ("render",),  # text, HTML, plots
-    ("__init__", "build", "capture_findings", "compare", "gate", "notebook", "runs",
-     "summarize"),  # facades
+    ("__init__", "build", "capture_findings", "compare", "gate", "notebook", "rank_meeting", "runs",
+     "summarize", "trace_reads"),  # facades
 ]
 """The report's stages, lowest first: data flows down read -> model -> analyse -> render; a module
 imports only its own stage or lower ones (the read stage fills the model, so it sits above it)."""

@@ -26,7 +26,7 @@ from profcallbacks.findings import (
     Finding,
 )
 from profcallbacks.report import build_report, locate_run, render_text
-from profcallbacks.report.analyse.growth import WAIT_SHARE
+from profcallbacks.report.analyse.growth import MAX_WORK_FACTOR, WAIT_SHARE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -228,8 +228,10 @@ def test_extra_matmuls_diagnosed_as_matmul_growth(tmp_path):
     first = details["changes"][0]
     assert first["what"] == "aten::mm", details["changes"][:3]
     assert first["after_ms"] > first["before_ms"] and first["delta_ms"] > 0
-    # the code changed, not the machine: the growth sits in the new matmuls
+    # the code changed, not the machine: the growth sits in the new matmuls, the CPU work grew
+    # (beside busy neighbours most of the growth can be waiting for a core, in proportion)
     assert details["growth"]["pattern"] == "concentrated", details["growth"]
+    assert (details["growth"]["work_factor"] or 0) > MAX_WORK_FACTOR, details["growth"]
     assert "aten::mm" in details["growth"]["concentrated_in"]
 
 
@@ -304,6 +306,7 @@ def test_a_cotenant_slowing_every_op_is_diagnosed_as_the_machine(tmp_path):
     # the process's counters decide, not the step's shape: with five spinning neighbours on its
     # core, one operator (aten::mm) took 0.2-0.5 more of the step in half of ten captures
     assert growth["core_wait"] is not None and growth["core_wait"] >= WAIT_SHARE, str(growth)
+    assert growth["work_factor"] <= MAX_WORK_FACTOR, str(growth)
     assert growth["pattern"] == "uniform", (str(growth), str(diagnosis.details["changes"][:5]),
                                                f"{len(neighbours)} neighbours")
     # five processes on one core, yet each op only 1.7-3.3x slower in 16 runs (the scheduler

@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--no-summaries", action="store_true",
                         help="parse every trace, even where its summary (<trace>.summary) "
                              "still matches it")
+    report.add_argument("--processes", type=int, default=None,
+                        help="processes parsing traces at once (default: up to the usable "
+                             "cores when there are 16 MB of traces or more to parse; 1: one "
+                             "file at a time)")
     summarize = sub.add_parser(
         "summarize", help="write a summary next to each trace of a directory",
         description="Write <trace>.summary next to each trace of DIR (traces the training "
@@ -146,13 +150,13 @@ def _positive(text: str) -> float:
 
 
 def _load(path: Path, top: int, peak_tflops: float | None = None, *,
-          summaries: bool = True) -> dict[str, Any] | None:
+          summaries: bool = True, processes: int | None = None) -> dict[str, Any] | None:
     from profcallbacks.report import NoRunError, build_report, locate_run
     from profcallbacks.report.render.safe import visible
 
     try:
         report = build_report(locate_run(path), top=top, peak_tflops=peak_tflops,
-                              summaries=summaries)
+                              summaries=summaries, processes=processes)
     except NoRunError as exc:
         print(visible(f"profcallbacks: {exc}"), file=sys.stderr)
         return None
@@ -179,10 +183,15 @@ def _report(args: argparse.Namespace) -> int:
     from profcallbacks.report import render_html, render_text
     from profcallbacks.report.render.safe import dumps_strict
 
+    if args.processes is not None and args.processes < 1:
+        print(f"profcallbacks: --processes must be at least 1, got {args.processes}",
+              file=sys.stderr)
+        return 2
     listed = _several_runs(args.logdir, args)
     if listed is not None:
         return listed
-    report = _load(args.logdir, args.top, args.peak_tflops, summaries=not args.no_summaries)
+    report = _load(args.logdir, args.top, args.peak_tflops, summaries=not args.no_summaries,
+                   processes=args.processes)
     if report is None:
         return 2
     if not report["readable"] and args.format != "json":  # a blank report would say nothing

@@ -29,7 +29,8 @@ from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.logdir import RunFiles, find_runs, foreign_run
 from profcallbacks.report.read.restarts import split_runs
 from profcallbacks.report.read.summaries import SummaryUse
-from profcallbacks.report.summarize import detail_rows, pooled_part, read_one
+from profcallbacks.report.summarize import detail_rows, pooled_part
+from profcallbacks.report.trace_reads import TraceReads
 
 SCHEMA_VERSION = 3
 FINDING_KEYS = ("kind", "step", "rank", "severity", "message", "details")
@@ -72,11 +73,13 @@ def locate_run(path: Path) -> RunFiles:
 
 
 def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None,
-                 summaries: bool = True) -> dict[str, Any]:
+                 summaries: bool = True, processes: int | None = None) -> dict[str, Any]:
     """Reads every file of ``run`` and returns the report (see docs/reference/report-schema.md).
 
     ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
     ``summaries``: read each trace's summary where it still matches (False: parse every trace).
+    ``processes``: processes parsing traces at once (``trace_reads.TraceReads``; ``None``: up to
+    the usable cores where that pays, 1: file by file); the report is the same either way.
     """
     use = SummaryUse()
     problems: list[dict[str, str]] = list(run.problems)
@@ -91,63 +94,66 @@ def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = No
     file_rows: list[list[dict[str, Any]]] = []  # per capture: its ranks' rows (job_view)
     sync_sites = list(dict.fromkeys(str(f["details"].get("location")) for f in findings
                                     if f["kind"] == SYNC_POINT and f["details"].get("location")))
-    for capture in run.captures:
-        files: list[dict[str, Any]] = []
-        rank_rows: list[dict[str, Any]] = []
-        fold = CaptureFold()  # its files' analyses pooled as read: the verdict is made below
-        votes: list[dict[str, Any]] = []  # each rank's own verdict
-        run_number = split.capture_run.get(capture.directory.name, split.runs)
-        healthy, earlier = capture.trigger not in UNHEALTHY_TRIGGERS, run_number != split.runs
-        steps_of = StepSums()
-        many = len(capture.files) > DETAIL_UP_TO  # per-step rows later, for stand-out ranks only
-        for path in capture.files:
-            entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
-            try:
-                summary, row = read_one(path, use, summaries=summaries)
-            except ReadError as exc:
-                problems.append({"file": str(path), "error": exc.reason})
-                entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False,
-                             gpu_breakdown=None, source="trace")
-            else:
-                entry["source"] = row["source"]
-                rank_rows.append(dict(row, entry=len(files)))
-                traces.add(summary, healthy=healthy, earlier=earlier)
-                steps_of.add(summary, keep=not many)
-                if summary.bad_events:
-                    problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
-                                     f"malformed event(s), e.g. {summary.bad_example}"})
-                not_understood = summary.format.problem()
-                if not_understood:
-                    problems.append({"file": str(path), "error": not_understood})
-                analysis = summary.analysis or {}
-                problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
-                             if not (summary.bad_events and p.startswith("skipped"))]  # said above
-                if analysis and not not_understood:  # no verdict from operators it cannot see
-                    part = pooled_part(analysis, summary.rank)
-                    fold.add(part)  # a rank's kind, share and close call do not need the run's
-                    votes += rank_verdicts([part], sync_sites)  # context (it words the advice)
-                entry.update(rank=summary.rank, worker=summary.worker,
-                             steps=[s["step"] for s in summary.steps], readable=True,
-                             gpu_breakdown=analysis.get("gpu_breakdown"),
-                             host_steps=None if many else analysis.get("host", {}).get("per_step", []),
-                             export_overlap=summary.export_overlap,
-                             trace_format=summary.format.public(), budget=summary.budget)
-                del summary, analysis
-            files.append(entry)
-        if not capture.files:
-            problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
-        steps = sorted({s for f in files for s in f["steps"]})
-        captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
-                         "run": run_number,
-                         "first_step": capture.first_step, "steps": steps,
-                         "partial": capture.partial, "files": files,
-                         "breakdown": steps_of.result(),
-                         "export_overlap": any(f.get("export_overlap") for f in files),
-                         "budget": capture_budget(files),
-                         "merged": merged_trace(capture.merged, run.root) if capture.merged
-                         else None})
-        file_folds.append((fold, votes))
-        file_rows.append(rank_rows)
+    # each trace parsed once, in order; the next ones ahead in worker processes where that pays
+    with TraceReads([p for c in run.captures for p in c.files], summaries=summaries,
+                    processes=processes) as reads:
+        for capture in run.captures:
+            files: list[dict[str, Any]] = []
+            rank_rows: list[dict[str, Any]] = []
+            fold = CaptureFold()  # its files' analyses pooled as read: the verdict is made below
+            votes: list[dict[str, Any]] = []  # each rank's own verdict
+            run_number = split.capture_run.get(capture.directory.name, split.runs)
+            healthy, earlier = capture.trigger not in UNHEALTHY_TRIGGERS, run_number != split.runs
+            steps_of = StepSums()
+            many = len(capture.files) > DETAIL_UP_TO  # per-step rows later, for stand-out ranks only
+            for path in capture.files:
+                entry: dict[str, Any] = {"path": str(path.relative_to(run.root)), "bytes": _size(path)}
+                try:
+                    summary, row = reads.next(path, use)
+                except ReadError as exc:
+                    problems.append({"file": str(path), "error": exc.reason})
+                    entry.update(rank=None, worker=path.name.split(".")[0], steps=[], readable=False,
+                                 gpu_breakdown=None, source="trace")
+                else:
+                    entry["source"] = row["source"]
+                    rank_rows.append(dict(row, entry=len(files)))
+                    traces.add(summary, healthy=healthy, earlier=earlier)
+                    steps_of.add(summary, keep=not many)
+                    if summary.bad_events:
+                        problems.append({"file": str(path), "error": f"skipped {summary.bad_events} "
+                                         f"malformed event(s), e.g. {summary.bad_example}"})
+                    not_understood = summary.format.problem()
+                    if not_understood:
+                        problems.append({"file": str(path), "error": not_understood})
+                    analysis = summary.analysis or {}
+                    problems += [{"file": str(path), "error": p} for p in analysis.get("problems", [])
+                                 if not (summary.bad_events and p.startswith("skipped"))]  # said above
+                    if analysis and not not_understood:  # no verdict from operators it cannot see
+                        part = pooled_part(analysis, summary.rank)
+                        fold.add(part)  # a rank's kind, share and close call do not need the run's
+                        votes += rank_verdicts([part], sync_sites)  # context (it words the advice)
+                    entry.update(rank=summary.rank, worker=summary.worker,
+                                 steps=[s["step"] for s in summary.steps], readable=True,
+                                 gpu_breakdown=analysis.get("gpu_breakdown"),
+                                 host_steps=None if many else analysis.get("host", {}).get("per_step", []),
+                                 export_overlap=summary.export_overlap,
+                                 trace_format=summary.format.public(), budget=summary.budget)
+                    del summary, analysis
+                files.append(entry)
+            if not capture.files:
+                problems.append({"file": str(capture.directory), "error": "capture directory with no trace"})
+            steps = sorted({s for f in files for s in f["steps"]})
+            captures.append({"directory": capture.directory.name, "trigger": capture.trigger,
+                             "run": run_number,
+                             "first_step": capture.first_step, "steps": steps,
+                             "partial": capture.partial, "files": files,
+                             "breakdown": steps_of.result(),
+                             "export_overlap": any(f.get("export_overlap") for f in files),
+                             "budget": capture_budget(files),
+                             "merged": merged_trace(capture.merged, run.root) if capture.merged
+                             else None})
+            file_folds.append((fold, votes))
+            file_rows.append(rank_rows)
     context = run_context(traces.formats(), findings, traces.names, max(1, traces.world_size))
     previous: str | None = None
     for c, (fold, votes), rows in zip(captures, file_folds, file_rows, strict=True):

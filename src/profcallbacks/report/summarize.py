@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from profcallbacks.report.analyse.captures import analyse_trace
 from profcallbacks.report.analyse.rank_summary import collective_calls, host_of, summary_record
 from profcallbacks.report.analyse.ranks import call_waits, parts
 from profcallbacks.report.analyse.trace_fold import step_rows
+from profcallbacks.report.rank_meeting import collect, post
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.summaries import SummaryUse, read_summary
 from profcallbacks.report.read.traces import TraceSummary, read_trace_file
@@ -72,11 +73,12 @@ def detail_rows(rows: list[dict[str, Any]], ranks: set[Any] | None, *,
     return out
 
 
-def read_one(path: Path, use: SummaryUse, *,
-             summaries: bool = True) -> tuple[TraceSummary, dict[str, Any]]:
+def read_one(path: Path, use: SummaryUse, *, summaries: bool = True,
+             readers: int = 1) -> tuple[TraceSummary, dict[str, Any]]:
     """``path``'s ``TraceSummary`` (with its analysis) and its job-view row (``source``:
     ``"summary"`` or ``"trace"``), counted in ``use``; with ``summaries``, from its summary when
-    that still matches the trace.
+    that still matches the trace. ``readers``: traces parsed at once, sharing the memory a parse
+    may take (``read/stream.py``: ``event_limit``).
 
     Raises:
         ReadError: The trace had to be parsed and cannot be read.
@@ -86,7 +88,7 @@ def read_one(path: Path, use: SummaryUse, *,
         if found is not None:
             return found[0], rank_row(found[1], "summary", path)
     use.parsed += 1
-    model = read_trace_file(path)
+    model = read_trace_file(path, readers)
     summary = model.summary
     summary.analysis = analyse_trace(model)
     row = rank_row({"rank": summary.rank, "host": host_of(summary.worker),
@@ -158,49 +160,23 @@ def launcher_rank() -> tuple[int, int]:
     return launcher_ranks(os.environ) or (0, 1)
 
 
-def meeting_file(directory: Path) -> Path | None:
-    """Where the ranks meet: ``None`` under torchrun (its ``MASTER_ADDR``, ``env://``); else (an
-    srun step) a file in ``directory``, which every rank reads anyway, named by the Slurm job and
-    step."""
-    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-        return None
-    job = "".join(c for c in os.environ.get("SLURM_JOB_ID", "0") if c.isalnum())
-    step = "".join(c for c in os.environ.get("SLURM_STEP_ID", "0") if c.isalnum())
-    return (directory / f".profcallbacks-summarize-{job}.{step}").absolute()
-
-
 def gather_counts(result: SummarizeResult, rank: int, world_size: int,
                   directory: Path) -> SummarizeResult:
-    """Sum every rank's ``result`` on rank 0 over a gloo process group (joined at
-    ``meeting_file(directory)``, left afterwards); outside a job, ``result`` itself.
-
-    The meeting file's store is this function's own, dropped as the group is left: torch removes
-    the file when the last rank's store goes, and one left to the interpreter's exit can outlive
-    it (the file then stays behind)."""
+    """Sum every rank's ``result`` on rank 0; outside a job, ``result`` itself. Ranks meet in
+    a process group already made, or one joined at torchrun's ``MASTER_ADDR`` (gloo) and left
+    afterwards; an srun step's ranks through files in ``directory`` (``rank_meeting.py``)."""
     if world_size <= 1:
         return result
-    import torch.distributed as dist
-
-    own = not dist.is_initialized()
-    store = None
-    if own:
-        path = meeting_file(directory)
-        if path is None:
-            dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size)
-        else:
-            store = dist.FileStore(str(path), world_size)
-            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
-    try:
-        rank = dist.get_rank()
-        gathered: list[Any] = [None] * dist.get_world_size() if rank == 0 else []
-        dist.gather_object((result.written, result.kept, result.failed),
-                           gathered if rank == 0 else None, dst=0)
-    finally:
-        if own:
-            dist.destroy_process_group()
-            del store
-            gc.collect()
-    if rank != 0:
+    mine = (result.written, result.kept, result.failed)
+    dist = sys.modules.get("torch.distributed")
+    joined = bool(dist is not None and getattr(dist, "is_initialized", bool)())
+    gathered: list[Any] | None
+    if joined or (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+        gathered = _gather_in_group(mine, rank, world_size, own=not joined)
+    else:
+        post(directory, rank, mine)
+        gathered = list(collect(directory, world_size).values()) if rank == 0 else None
+    if gathered is None:
         return result
     total = SummarizeResult()
     for written, kept, failed in gathered:
@@ -208,3 +184,20 @@ def gather_counts(result: SummarizeResult, rank: int, world_size: int,
         total.kept += kept
         total.failed += [tuple(f) for f in failed]
     return total
+
+
+def _gather_in_group(mine: Any, rank: int, world_size: int, *, own: bool) -> list[Any] | None:
+    """Every rank's ``mine`` on the group's rank 0 (``None`` on the others); ``own``: the group
+    is joined at ``env://`` (gloo) first and left afterwards."""
+    import torch.distributed as dist
+
+    if own:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size)
+    try:
+        first = dist.get_rank() == 0
+        gathered: list[Any] = [None] * dist.get_world_size() if first else []
+        dist.gather_object(mine, gathered if first else None, dst=0)
+    finally:
+        if own:
+            dist.destroy_process_group()
+    return gathered if first else None

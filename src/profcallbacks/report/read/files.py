@@ -41,6 +41,9 @@ class ReadError(Exception):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in a worker process, re-raised here
+        return ReadError, (self.path, self.reason)
+
 
 class Progress:
     """A one-line progress bar on a terminal; silent anywhere else.

@@ -109,9 +109,9 @@ def available_bytes() -> int | None:
     return min(found)
 
 
-def event_limit() -> tuple[int, int | None]:
-    """Most events one trace may keep here: ``MAX_STREAM_EVENTS``, or fewer where
-    ``MEMORY_SHARE`` of the available memory holds fewer (at ``BYTES_PER_EVENT`` each).
+def event_limit(share: float = MEMORY_SHARE) -> tuple[int, int | None]:
+    """Most events one trace may keep here: ``MAX_STREAM_EVENTS``, or fewer where ``share``
+    of the available memory holds fewer (at ``BYTES_PER_EVENT`` each).
 
     Returns:
         ``(events, available bytes)``; the bytes are ``None`` where unknown.
@@ -119,16 +119,17 @@ def event_limit() -> tuple[int, int | None]:
     available = available_bytes()
     if available is None:
         return MAX_STREAM_EVENTS, None
-    return min(MAX_STREAM_EVENTS, int(available * MEMORY_SHARE) // BYTES_PER_EVENT), available
+    return min(MAX_STREAM_EVENTS, int(available * share) // BYTES_PER_EVENT), available
 
 
 class _Kept:
     """The events kept so far, and how many the cap let go."""
 
     def __init__(self, path: Path, max_events: int, take: Take | None = None,
-                 available: int | None = None) -> None:
+                 available: int | None = None, share: float = MEMORY_SHARE) -> None:
         self.path, self.max_events, self.take = path, max_events, take
         self.available = available  # bytes of memory free when reading began, when it bounds
+        self.share = share  # of ``available`` this trace may take
         self.events: list[Any] = []  # what is kept when no ``take`` consumes the pieces
         self.count = 0  # events kept (or handed to ``take``) so far
         self.operators = 0  # of which CPU operators (see ``OPERATORS_PER_EVENT``)
@@ -169,7 +170,7 @@ class _Kept:
         if self.weight() > self.max_events:
             memory = f"~{self.max_events * BYTES_PER_EVENT >> 20:,} MiB of memory"
             if self.available is not None:
-                memory += (f", {MEMORY_SHARE:.0%} of the {self.available >> 20:,} MiB available "
+                memory += (f", {self.share:.0%} of the {self.available >> 20:,} MiB available "
                            "when it began")
             raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
                             f"events it would keep ({memory}); open it in Perfetto's trace "
@@ -194,12 +195,14 @@ class _Kept:
 
 
 def stream_trace(path: Path, *, max_events: int | None = None,
-                 max_bytes: int = MAX_STREAM_BYTES, take: Take | None = None) -> Trace:
+                 max_bytes: int = MAX_STREAM_BYTES, take: Take | None = None,
+                 readers: int = 1) -> Trace:
     """The slim ``Trace`` of ``path`` (gzipped or not), read piece by piece.
 
     ``take``, when given, receives each piece's kept events in file order (the frames around
     runtime calls last) and the events are not kept: the ``Trace`` returned holds only the
-    top-level blocks.
+    top-level blocks. ``readers``: traces read at once by this process's caller, each taking
+    that part of ``MEMORY_SHARE``; ``max_events``, when given, bounds the events instead.
 
     Raises:
         ReadError: Not a Chrome trace, truncated, or beyond ``max_events`` / ``max_bytes``.
@@ -216,10 +219,10 @@ def stream_trace(path: Path, *, max_events: int | None = None,
         max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
     available = None
     if max_events is None:
-        max_events, available = event_limit()
+        max_events, available = event_limit(MEMORY_SHARE / max(readers, 1))
         if max_events == MAX_STREAM_EVENTS:
             available = None  # the fixed cap bounds it, not the memory
-    kept = _Kept(path, max_events, take, available)
+    kept = _Kept(path, max_events, take, available, MEMORY_SHARE / max(readers, 1))
     read = 0
     try:
         with open(fd, "rb") as raw:

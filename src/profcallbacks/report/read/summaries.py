@@ -32,6 +32,13 @@ class SummaryUse:
     missing: int = 0
     stale: list[dict[str, str]] = field(default_factory=list)
 
+    def add(self, other: SummaryUse) -> None:
+        """Counts ``other``'s files too (one file's use, counted in a worker process)."""
+        self.read += other.read
+        self.parsed += other.parsed
+        self.missing += other.missing
+        self.stale += other.stale
+
     def public(self) -> dict[str, Any]:
         """The report's ``summaries`` entry."""
         return {"read": self.read, "parsed": self.parsed, "missing": self.missing,

@@ -90,16 +90,17 @@ class TraceModel:
     failure: str | None = None
 
 
-def read_trace_file(path: Path) -> TraceModel:
+def read_trace_file(path: Path, readers: int = 1) -> TraceModel:
     """Reads one trace file into its ``TraceModel`` in one streamed pass: each decoded piece
-    feeds the model and is let go, so no event outlives its piece.
+    feeds the model and is let go, so no event outlives its piece. ``readers``: traces read at
+    once, sharing the memory a trace may take (``read/stream.py``: ``event_limit``).
 
     Raises:
         ReadError: The file cannot be read or is not a Chrome trace.
     """
     with gc_paused():
         builder = ModelBuilder(path)
-        blocks = stream_trace(path, take=builder.add)
+        blocks = stream_trace(path, take=builder.add, readers=readers)
         return builder.finish(blocks)
 
 

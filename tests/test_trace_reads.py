@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +84,50 @@ def test_the_workers_parse_the_traces(tmp_path: Path) -> None:
             reads.next(paths[1], use)
 
 
+def test_a_worker_killed_leaves_the_rest_read_here(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A worker killed (as for memory) mid-run: the files not yet read are read in this process,
+    each counted once, with a warning; so are they all where the workers cannot start."""
+    run = _run(tmp_path)
+    paths = sorted(run.glob("*.pt.trace.json.gz"))
+    use = SummaryUse()
+    read: list[Path | None] = []
+
+    def take(reads: TraceReads, path: Path) -> None:
+        try:
+            read.append(reads.next(path, use)[0].path)
+        except ReadError:
+            read.append(None)
+
+    with caplog.at_level(logging.WARNING, logger="profcallbacks"):
+        with TraceReads(paths, processes=2) as reads:
+            take(reads, paths[0])
+            assert reads.pool is not None
+            for pid in list(reads.pool._processes):
+                os.kill(pid, signal.SIGKILL)
+            for path in paths[1:]:
+                take(reads, path)
+            assert reads.pool is None and reads.workers == 0
+    assert read == [p if not p.name.startswith("worker5_") else None for p in paths]
+    assert (use.read, use.parsed, use.missing) == (1, 7, 7)
+    assert "reading the traces one at a time" in caplog.text
+
+
+def test_workers_that_cannot_start_leave_the_reading_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(method: str) -> None:
+        raise ValueError(f"cannot find context for {method!r}")
+
+    monkeypatch.setattr(multiprocessing, "get_context", refuse)
+    paths = sorted(_run(tmp_path).glob("*.pt.trace.json.gz"))
+    use = SummaryUse()
+    with caplog.at_level(logging.WARNING, logger="profcallbacks"):
+        with TraceReads(paths[:2], processes=2) as reads:
+            assert reads.pool is None
+            assert reads.next(paths[0], use)[0].path == paths[0]
+    assert "cannot find context" in caplog.text and use.parsed == 1
+
+
 def test_workers_only_where_they_pay(tmp_path: Path) -> None:
     big = [tmp_path / f"rank{r}.pt.trace.json" for r in range(12)]
     for path in big:
@@ -130,7 +177,7 @@ def test_the_report_refuses_no_processes(tmp_path: Path) -> None:
 
 def test_build_report_reads_in_workers_alike(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    alone = build_report(locate_run(run), processes=1)
+    alone = build_report(locate_run(run))  # the default: file by file
     ahead = build_report(locate_run(run), processes=3)
     assert json.dumps(ahead, sort_keys=True, default=str) == json.dumps(alone, sort_keys=True,
                                                                         default=str)

@@ -73,13 +73,15 @@ def locate_run(path: Path) -> RunFiles:
 
 
 def build_report(run: RunFiles, *, top: int = 15, peak_tflops: float | None = None,
-                 summaries: bool = True, processes: int | None = None) -> dict[str, Any]:
+                 summaries: bool = True, processes: int | None = 1) -> dict[str, Any]:
     """Reads every file of ``run`` and returns the report (see docs/reference/report-schema.md).
 
     ``peak_tflops``: the device's dense peak for MFU, for devices the built-in table lacks.
     ``summaries``: read each trace's summary where it still matches (False: parse every trace).
-    ``processes``: processes parsing traces at once (``trace_reads.TraceReads``; ``None``: up to
-    the usable cores where that pays, 1: file by file); the report is the same either way.
+    ``processes``: processes parsing traces at once (``trace_reads.TraceReads``): 1 (file by
+    file, here), ``None`` (up to the usable cores where that pays: the command line's default) or
+    N; the report is the same. Worker processes import the caller's main module, as
+    ``multiprocessing`` does: a script that asks for them needs ``if __name__ == "__main__":``.
     """
     use = SummaryUse()
     problems: list[dict[str, str]] = list(run.problems)

@@ -24,10 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,6 +50,7 @@ MAX_WORKERS = 8
 """Most worker processes, whatever the cores: each holds one trace's model at a time."""
 
 Read = tuple[TraceSummary, dict[str, Any]]
+log = logging.getLogger(__name__)
 
 
 def usable_cores() -> int:
@@ -79,7 +82,8 @@ class TraceReads:
 
     ``processes``: ``None`` starts the workers :func:`workers_for` finds worth it; 1 reads here,
     file by file; more starts that many (at most one per file). Used as a context manager: the
-    workers stop at its end, unread files cancelled.
+    workers stop at its end, unread files cancelled. Where the workers cannot start or one dies
+    (killed for memory), the files not yet read are read here, file by file, with a warning.
     """
 
     def __init__(self, paths: list[Path], *, summaries: bool = True,
@@ -94,8 +98,11 @@ class TraceReads:
 
     def __enter__(self) -> TraceReads:
         if self.workers:
-            self.pool = ProcessPoolExecutor(self.workers,
-                                            mp_context=multiprocessing.get_context("forkserver"))
+            try:
+                self.pool = ProcessPoolExecutor(
+                    self.workers, mp_context=multiprocessing.get_context("forkserver"))
+            except (OSError, ValueError) as exc:
+                self._alone(f"{type(exc).__name__}: {exc}")
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -120,11 +127,24 @@ class TraceReads:
         queued, future = self.queued.popleft()
         if queued != path:
             raise ValueError(f"traces read out of order: {path} asked for, {queued} next")
-        read, failed, counted = future.result()
+        try:
+            read, failed, counted = future.result()
+        except (BrokenProcessPool, OSError) as exc:
+            self._alone(f"{type(exc).__name__}: {exc}")
+            return read_one(path, use, summaries=self.summaries)
         use.add(counted)
         if failed is not None:
             raise failed
         return read
+
+
+    def _alone(self, why: str) -> None:
+        """Read the rest here, file by file: the workers could not start or one died."""
+        log.warning("profcallbacks: reading the traces one at a time (worker processes: %s)", why)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool, self.workers = None, 0
+        self.queued.clear()
 
 
 def _read(path: Path, summaries: bool,

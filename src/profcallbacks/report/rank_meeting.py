@@ -2,9 +2,10 @@
 
 Each rank writes what it has to say whole (a temporary name, then a rename) as
 ``.profcallbacks-summarize-<job>.<restart>.<step>.<rank>``; rank 0 waits for every rank's file,
-reads them and removes them. No process group is made, so nothing is left for an exiting
-interpreter to clean up: a gloo group met through torch's ``FileStore`` left its file behind now
-and then (torch removes it in the last store's destructor, which does not always run at exit).
+reads them and removes them (a file of another owner, or a link, is never taken). No process
+group is made, so nothing is left for an exiting interpreter to clean up: a gloo group met
+through torch's ``FileStore`` left its file behind now and then (torch removes it in the last
+store's destructor, which does not always run at exit).
 
 Example:
     >>> d = getfixture("tmp_path")
@@ -26,7 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profcallbacks.core.safefs import create_exclusive, fresh_name, read_regular, remove_own, write_all
+from profcallbacks.core.safefs import (
+    create_exclusive,
+    fresh_name,
+    is_own,
+    read_regular,
+    remove_own,
+    write_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +81,8 @@ def collect(directory: Path, world_size: int, wait_s: float = WAIT_S) -> dict[in
             if rank in found:
                 continue
             path = directory / meeting_name(rank)
+            if not is_own(path, kind="file"):  # not written yet, or another user's: not taken
+                continue
             try:
                 found[rank] = json.loads(read_regular(path, max_bytes=_MAX_BYTES))
             except FileNotFoundError:

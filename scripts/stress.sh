@@ -32,9 +32,10 @@ if ((${#files[@]} == 0)); then
     args=("${files[@]}" "${args[@]+"${args[@]}"}")
 fi
 
-pids=()
-stop_burners() { ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
-trap stop_burners EXIT
+pids=()  # the burners and the running pytest: stopped with this script, however it ends
+stop_children() { ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
+trap stop_children EXIT
+trap 'exit 143' TERM INT HUP  # through the EXIT trap: a killed stress run leaves no pytest behind
 for _ in $(seq "$burners"); do
     sh -c 'while :; do :; done' &
     pids+=($!)
@@ -42,9 +43,12 @@ done
 echo "stress: $burners CPU burners beside ${#files[@]} test file(s), $repeat run(s)"
 for run in $(seq "$repeat"); do
     start=$(date +%s)
-    if ! "$PYTHON" -m pytest -q -p no:cacheprovider "${args[@]}"; then
+    "$PYTHON" -m pytest -q -p no:cacheprovider "${args[@]}" &
+    pids+=($!)
+    if ! wait "${pids[-1]}"; then
         echo "stress: run $run of $repeat failed after $(($(date +%s) - start)) s"
         exit 1
     fi
+    unset 'pids[-1]'
     echo "stress: run $run of $repeat passed in $(($(date +%s) - start)) s"
 done

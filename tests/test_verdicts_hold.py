@@ -179,7 +179,12 @@ def test_gloo_ddp_with_heavy_all_reduce_is_communication_bound(gloo_run):
     report = gloo_run
     assert report["world_size"] == 2 and report["ranks"] == [0, 1]
     verdict = report["verdict"]
-    assert verdict["kind"] == "communication_bound", verdict
+    # beside busy neighbours the host work (fill_, the SGD update of the dense gradient) stretches
+    # with the all-reduce until the two can tie (host_bound 50.3% against 50% once, beside two
+    # CPU burners): the verdict then names communication_bound as its close call. On a recorded
+    # gloo trace, whose times do not move: tests/test_judgement_traces.py
+    # (test_ranks_waiting_for_stragglers_are_told_so: communication_bound).
+    assert "communication_bound" in (verdict["kind"], verdict["close_to"]), verdict
     assert verdict["share_of"] == "step" and verdict["share"] > 0.3
     [capture] = report["captures"]
     assert capture["metrics"]["comm_exposed_ms"] > 0.3 * capture["metrics"]["step_ms"]

@@ -52,14 +52,15 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--processes", type=int, help="workers to force (default: the report's own choice)")
     args = parser.parse_args()
-    from profcallbacks.report.trace_reads import usable_cores, workers_for
+    from profcallbacks.core.cpus import usable_cpus
+    from profcallbacks.report.trace_reads import workers_for
 
     with tempfile.TemporaryDirectory() as tmp:
         run = make_run(args.trace, args.ranks, Path(tmp))
         paths = sorted(run.iterdir())
         chosen = args.processes or workers_for(paths, summaries=True)
         print(f"{args.ranks} ranks of {args.trace.name} ({args.trace.stat().st_size / 1e6:.1f} MB "
-              f"each, gzipped); {usable_cores()} usable cores; workers: {chosen}")
+              f"each, gzipped); {usable_cpus()} usable cores; workers: {chosen}")
         rng = random.Random(0)
         ratios: dict[str, list[float]] = {"workers": [], "control": []}
         for n in range(args.rounds):

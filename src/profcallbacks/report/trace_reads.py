@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from profcallbacks.core.cpus import usable_cpus
 from profcallbacks.layout import summary_file_name
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.summaries import SummaryUse
@@ -53,14 +54,6 @@ Read = tuple[TraceSummary, dict[str, Any]]
 log = logging.getLogger(__name__)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, where the platform tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def workers_for(paths: list[Path], *, summaries: bool, cores: int | None = None) -> int:
     """Worker processes worth starting to parse ``paths``: 0 (read here, file by file) unless
     more than one core is usable and at least ``PARALLEL_MIN_BYTES`` of them has no summary to
@@ -70,7 +63,7 @@ def workers_for(paths: list[Path], *, summaries: bool, cores: int | None = None)
         >>> workers_for([], summaries=True, cores=4)
         0
     """
-    cores = usable_cores() if cores is None else cores
+    cores = usable_cpus() if cores is None else cores
     to_parse = [p for p in paths if not summaries or not _has_summary(p)]
     if cores < 2 or len(to_parse) < 2 or sum(map(_json_bytes, to_parse)) < PARALLEL_MIN_BYTES:
         return 0

@@ -218,11 +218,12 @@ def stream_trace(path: Path, *, max_events: int | None = None,
     if gz:  # a gzip bomb stops here, as in read_bytes
         max_bytes = min(max_bytes, max(size * MAX_GZIP_RATIO, RATIO_FLOOR))
     available = None
+    share = MEMORY_SHARE / max(readers, 1)
     if max_events is None:
-        max_events, available = event_limit(MEMORY_SHARE / max(readers, 1))
+        max_events, available = event_limit(share)
         if max_events == MAX_STREAM_EVENTS:
             available = None  # the fixed cap bounds it, not the memory
-    kept = _Kept(path, max_events, take, available, MEMORY_SHARE / max(readers, 1))
+    kept = _Kept(path, max_events, take, available, share)
     read = 0
     try:
         with open(fd, "rb") as raw:

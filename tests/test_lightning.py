@@ -100,7 +100,7 @@ def test_each_step_range_is_one_optimizer_step_and_its_micro_batches(tmp_path, a
         events = spans(trace, name)
         assert len(events) == per_step * len(steps), name
         for event in events:  # each lies in exactly one step range
-            assert sum(inside(event, s) for s in steps) == 1, name
+            assert sum(inside(event, s) for s in steps) == 1, (name, event, steps)
 
 
 class ManualEveryOther(Tiny):

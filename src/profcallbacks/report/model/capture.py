@@ -145,6 +145,16 @@ class OpTable:
         self.name.append(n)
         self.tid.append(t)
 
+    def id_of(self, name: str) -> int | None:
+        """``name``'s id in the ``name`` column, or ``None`` if no row has that name."""
+        return self._name_ids.get(name)
+
+    @property
+    def tid_ids(self) -> dict[Any, int]:
+        """Each thread's id in the ``tid`` column, by its key (threads a hostile trace keyed by
+        a list are left out: each of their rows is a thread of its own)."""
+        return self._tid_ids
+
     def __len__(self) -> int:
         return len(self.ts)
 

@@ -199,19 +199,25 @@ def _nest(ops: OpTable, runtime: list[Op]) -> None:
     Each thread's items are visited by start, operators before runtime calls, the longest
     first, then in the order read (stable sorts; no sort and no list of rows where a thread's
     operators were read in start order, as in most traces)."""
-    threads: dict[Any, tuple[Sequence[int], list[Op]]] = {}
+    threads: dict[Any, tuple[Sequence[int], list[Op]]] = {}  # by the table's thread id
     ops.unnested()
     ts, tid_col = ops.ts, ops.tid
     if len(ops.tids) == 1:
-        threads[ops.tids[0]] = (range(len(ts)), [])
+        threads[0] = (range(len(ts)), [])
     else:
         rows_of = [array("l") for _ in ops.tids]
         for i, t in enumerate(tid_col):
             rows_of[t].append(i)
         for t, thread_rows in enumerate(rows_of):
-            threads[ops.tids[t]] = (thread_rows, [])
+            threads[t] = (thread_rows, [])
+    tid_ids = ops.tid_ids
     for item in runtime:
-        threads.setdefault(item.tid, (range(0), []))[1].append(item)
+        thread: Any
+        try:  # a thread without operators is keyed by itself
+            thread = tid_ids.get(item.tid, ("no operators", item.tid))
+        except TypeError:  # a pid or tid a hostile trace made a list: a thread of its own
+            thread = ("unhashable", id(item))
+        threads.setdefault(thread, (range(0), []))[1].append(item)
     chain_ids: dict[tuple[int, int], int] = {}  # (parents' chain, name) -> chain
     chains, parent, end_col, name_col = ops.chains, ops.parent, ops.end, ops.name
     names = ops.names

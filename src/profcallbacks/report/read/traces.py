@@ -40,11 +40,12 @@ from profcallbacks.report.read.events import Scan, Scanner
 from profcallbacks.report.read.files import ReadError
 from profcallbacks.report.read.files import as_int as _int
 from profcallbacks.report.read.generations import Normaliser, TraceFormat, normalise
+from profcallbacks.report.read.plain_operators import MAX_US as _MAX_US
+from profcallbacks.report.read.plain_operators import PlainOperators
 from profcallbacks.report.read.stream import stream_trace
 
 log = logging.getLogger(__name__)
 _WORKER_RANK = re.compile(r"^rank(\d{1,9})_")
-_MAX_US = 1e17  # about 3,000 years in microseconds: beyond it a timestamp is garbage
 
 Interval = tuple[float, float]
 _Thread = tuple["array[float]", "array[float]", "array[int]"]  # a thread's CPU operators: ts, dur, name id
@@ -143,16 +144,28 @@ class ModelBuilder:
         self.path = path
         self.normaliser = Normaliser()
         self.summariser = Summariser()
-        self.scanner: Scanner | None = Scanner()
-        self.capture: CaptureBuilder | None = CaptureBuilder()
+        scanner, capture = Scanner(), CaptureBuilder()
+        self.scanner: Scanner | None = scanner
+        self.capture: CaptureBuilder | None = capture
+        self.plain: PlainOperators | None = PlainOperators(self.normaliser, self.summariser,
+                                                           scanner, capture)
         self.failure: str | None = None
 
     def add(self, events: list[Any]) -> None:
-        """Takes one piece of decoded events (``decode.Event``, or anything a hostile trace holds).
+        """Takes one piece of decoded events (``decode.Event``, or anything a hostile trace holds):
+        the plain CPU operators in one walk for every part (``plain_operators.py``), the other
+        events part by part.
 
         Raises:
             ReadError: The piece is malformed beyond reading.
         """
+        if self.plain is not None:  # gone with the scan or the capture model, if either failed
+            self.plain.add(events, self._add_each)
+        else:
+            self._add_each(events)
+
+    def _add_each(self, events: list[Any]) -> None:
+        """Feeds ``events`` to each part in turn (the normaliser first: it rewrites categories)."""
         try:
             self.normaliser.add(events)
             self.summariser.add(events)
@@ -165,6 +178,7 @@ class ModelBuilder:
                 self.scanner.add(events)
             except Exception as exc:  # the verdict is lost, the rest of the file is still reported
                 self.scanner, self.failure = None, f"{type(exc).__name__}: {exc}"
+                self.plain = None
         if self.capture is not None:
             try:
                 self.capture.add(events)
@@ -198,6 +212,7 @@ class ModelBuilder:
     def _no_capture(self, exc: Exception) -> None:
         log.warning("profcallbacks: no diagnoses for a trace (%s: %s)", type(exc).__name__, exc)
         self.capture = None
+        self.plain = None
 
 
 def summarise(trace: Trace, path: Path) -> TraceSummary:

@@ -72,7 +72,7 @@ def mixed() -> list[Any]:
     """Plain operators interleaved with every kind of event the parts treat on their own: the
     first of each name and thread, ties at one start, two threads, a blocking call, a compiled
     region, a loader fetch, a step range, shapes that give FLOPs, the trace's own FLOPs, whole
-    microseconds, a missing duration, a hostile thread id, a kernel and a launch."""
+    microseconds, a missing duration, hostile thread ids, a kernel and a launch."""
     step = Event(ph="X", cat="user_annotation", name="ProfilerStep#3", pid=7, tid=1, ts=0.0,
                  dur=500.0, args=Args(profcallbacks=True))
     out: list[Any] = [step]
@@ -95,6 +95,8 @@ def mixed() -> list[Any]:
                   ts=base + 2, dur=1.0, args=Args(correlation=k + 1)),
             Event(ph="X", cat="kernel", name="sgemm", pid=0, tid=7, ts=base + 5, dur=9.0,
                   args=Args(stream=7, correlation=k + 1)),
+            Event(ph="X", cat="cuda_runtime", name="cudaMemsetAsync", pid=7, tid=[4],
+                  ts=base + 6, dur=1.0),
             op("aten::relu", base + 90.25, 0.5),
         ]
     return out
@@ -109,6 +111,7 @@ def test_a_mix_of_every_kind_reads_the_same_either_way(pieces):
     assert summary.format.cpu_ops == general.summary.format.cpu_ops > 0
     assert summary.format.ns_resolution
     assert one_walk.capture is not None and one_walk.capture.flops_source == "with_flops"
+    assert len(one_walk.capture.runtime) == 8  # the list-keyed thread's calls too
 
 
 def test_plain_operators_skip_the_parts_own_walks(monkeypatch):

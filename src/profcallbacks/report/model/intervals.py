@@ -12,6 +12,7 @@ import bisect
 import heapq
 from array import array
 from collections.abc import Iterable, Iterator
+from operator import sub
 
 Interval = tuple[float, float]
 
@@ -126,11 +127,17 @@ class Spans:
         return out
 
     def covered(self, start: float, end: float) -> float:
-        """Length of ``[start, end]`` these intervals cover (as :func:`covered`)."""
+        """Length of ``[start, end]`` these intervals cover (as :func:`covered`, the same sum in
+        the same order: the intervals wholly inside are added without a Python loop)."""
         starts, ends = self.starts, self.ends
-        total = 0.0
         i = max(bisect.bisect_right(starts, start) - 1, 0)
-        while i < len(starts) and starts[i] < end:
-            total += max(0.0, min(ends[i], end) - max(starts[i], start))
-            i += 1
-        return total
+        j = bisect.bisect_left(starts, end, i)  # intervals i .. j-1 start before ``end``
+        if j <= i:
+            return 0.0
+        total = max(0.0, min(ends[i], end) - max(starts[i], start))
+        if j - i == 1:
+            return total
+        # between the first and the last, each interval lies wholly inside: starts[k] > start
+        # (k > i) and ends[k] <= starts[k + 1] < end (k < j - 1)
+        total = sum(map(sub, ends[i + 1:j - 1], starts[i + 1:j - 1]), total)
+        return total + max(0.0, min(ends[j - 1], end) - max(starts[j - 1], start))

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from profcallbacks.report.read.events import Scanner
     from profcallbacks.report.read.generations import Normaliser
 
+
 class Summary(Protocol):
     """What is taken of ``traces.Summariser`` (which imports this module): each thread's
     columns by ``(pid, tid)``, the operators' name ids, those of torch.compile's regions."""
@@ -52,9 +53,11 @@ class PlainOperators:
                  capture: CaptureBuilder) -> None:
         self.normaliser, self.summariser = normaliser, summariser
         self.scanner, self.capture = scanner, capture
-        self._names: dict[str, tuple[int, int, bool] | None] = {}  # name -> (summary id,
-        # table id, shapes counted)
-        self._threads: dict[tuple[int, int], tuple[Any, int]] = {}  # -> (summary thread, table id)
+        # name -> (its id in the summary, its id in the operator table, shapes give its FLOPs),
+        # or None for a name that is never plain
+        self._names: dict[str, tuple[int, int, bool] | None] = {}
+        # (pid, tid) -> (the summary's columns of that thread, its id in the operator table)
+        self._threads: dict[tuple[int, int], tuple[Any, int]] = {}
 
     def add(self, events: list[Any], general: Callable[[list[Any]], None]) -> None:
         """Takes ``events`` (a piece, in file order): plain operators here, the rest through

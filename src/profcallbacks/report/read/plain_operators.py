@@ -13,7 +13,8 @@ whose shapes give its FLOPs (``model/flops.py``) keeps its shapes for the captur
 
 An operator is plain once each part has seen its name and its thread the general way (the first
 of each goes through the parts' ``add``): its start and duration are finite floats within range,
-its ``args`` carry no ``flops``.
+its ``args`` carry no ``flops``. A part that comes to treat some CPU operators on their own (a
+new marker, a name whose arguments it reads) must make them not plain in :meth:`_plain_name`.
 """
 
 from __future__ import annotations

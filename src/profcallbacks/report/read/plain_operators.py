@@ -63,7 +63,7 @@ class PlainOperators:
     def add(self, events: list[Any], general: Callable[[list[Any]], None]) -> None:
         """Takes ``events`` (a piece, in file order): plain operators here, the rest through
         ``general`` (each part's ``add``) as runs between them."""
-        names, threads = self._names, self._threads
+        names = self._names
         ops, shaped = self.capture.ops, self.capture.shaped.append
         put_ts, put_end, put_name, put_tid = ops.ts.append, ops.end.append, ops.name.append, ops.tid.append
         plain_ts, plain_dur = self.scanner.found.plain_ts.append, self.scanner.found.plain_dur.append
@@ -92,13 +92,11 @@ class PlainOperators:
                     continue
             pid, tid = event.pid, event.tid
             if pid != last_pid or tid != last_tid or pid.__class__ is not int or tid.__class__ is not int:
-                known = threads.get((pid, tid)) if pid.__class__ is int and tid.__class__ is int else None
-                if known is None:
-                    known = self._thread(pid, tid)
-                    if known is None:  # a thread not seen yet, or not one of two ints
-                        general(events[run:i + 1])
-                        run = i + 1
-                        continue
+                known = self._thread(pid, tid)
+                if known is None:  # a thread not seen yet, or not one of two ints
+                    general(events[run:i + 1])
+                    run = i + 1
+                    continue
                 (thread, table_tid), last_pid, last_tid = known, pid, tid
             args = event.args
             if args.__class__ is Args and args.flops is not None:
@@ -155,6 +153,9 @@ class PlainOperators:
         if pid.__class__ is not int or tid.__class__ is not int:
             return None
         key = (pid, tid)
+        known = self._threads.get(key)
+        if known is not None:
+            return known
         thread = self.summariser.threads.get(key)
         table_key = self.capture.thread_keys.get(key)
         table_id = None if table_key is None else self.capture.ops.tid_ids.get(table_key)

@@ -9,6 +9,7 @@ read.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import msgspec
 import pytest
 
 from profcallbacks.report.read.decode import Args, Event, decode_trace
-from profcallbacks.report.read.stream import stream_trace
+from profcallbacks.report.read.files import ReadError
+from profcallbacks.report.read.stream import _Kept, stream_trace
 from profcallbacks.report.read.traces import ModelBuilder, TraceModel
 
 HERE = Path(__file__).parent
@@ -25,14 +27,18 @@ TRACES = sorted(HERE.glob("data/*-traces/*.pt.trace.json.gz"))
 PATH = Path("t.json")
 
 
-def read(events: list[Any], *, one_walk: bool, pieces: int = 1) -> TraceModel:
-    """The model of ``events``, fed in ``pieces`` pieces, the plain operators in one walk or not."""
+def read(events: list[Any], *, one_walk: bool, pieces: int = 1, sifted: bool = False) -> TraceModel:
+    """The model of ``events``, fed in ``pieces`` pieces, the plain operators in one walk or not;
+    ``sifted``: as the streamed reader feeds a piece as decoded (``ModelBuilder.sift``)."""
     builder = ModelBuilder(PATH)
     if not one_walk:
         builder.plain = None
+    kept = _Kept(PATH, 10**9, take=builder.add, sift=builder.sift)
     size = -(-len(events) // pieces) or 1
     for start in range(0, len(events), size):
-        builder.add(events[start:start + size])
+        (kept.add if sifted else builder.add)(events[start:start + size])
+    if sifted:
+        kept.finish()
     return builder.finish(decode_trace(b'{"traceEvents": []}', PATH))
 
 
@@ -46,6 +52,7 @@ def comparable(model: TraceModel) -> dict[str, Any]:
         "ops": [(o.ts, o.end, o.name, o.tid, o.parents) for o in cap.ops],
         "runtime": [(o.ts, o.end, o.name, o.tid, o.parents) for o in cap.runtime],
         "kernels": [msgspec.structs.asdict(k) for k in cap.kernels],
+        "frames": {t: [(f.ts, f.end, f.name) for f in fs] for t, fs in cap.frames.items()},
         "device": cap.device, "cpu_only": cap.cpu_only, "whole": cap.whole_span}
     return {"summary": summary, "scan": scan, "capture": capture, "failure": model.failure}
 
@@ -91,8 +98,11 @@ def mixed() -> list[Any]:
             op("aten::add_", int(base) + 80, 2),  # whole microseconds
             op("aten::zero_", base + 85, msgspec.UNSET),
             op("aten::relu", base + 88, 1.0, tid=[3]),
+            Event(ph="X", cat="python_function", name="train.py(12): step", pid=7, tid=1,
+                  ts=base + 1.5, dur=2.0),
             Event(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=7, tid=1,
                   ts=base + 2, dur=1.0, args=Args(correlation=k + 1)),
+            Event(ph="s", cat="ac2g", name="ac2g", pid=7, tid=1, ts=base + 2),
             Event(ph="X", cat="kernel", name="sgemm", pid=0, tid=7, ts=base + 5, dur=9.0,
                   args=Args(stream=7, correlation=k + 1)),
             Event(ph="X", cat="cuda_runtime", name="cudaMemsetAsync", pid=7, tid=[4],
@@ -102,9 +112,11 @@ def mixed() -> list[Any]:
     return out
 
 
+@pytest.mark.parametrize("sifted", [False, True], ids=["kept", "sifted"])
 @pytest.mark.parametrize("pieces", [1, 3, 60])
-def test_a_mix_of_every_kind_reads_the_same_either_way(pieces):
-    one_walk, general = read(mixed(), one_walk=True, pieces=pieces), read(mixed(), one_walk=False)
+def test_a_mix_of_every_kind_reads_the_same_either_way(pieces, sifted):
+    one_walk = read(mixed(), one_walk=True, pieces=pieces, sifted=sifted)
+    general = read(mixed(), one_walk=False, sifted=sifted)
     assert comparable(one_walk) == comparable(general)
     summary = one_walk.summary
     assert summary.cpu_ops["aten::relu"][0] == 16  # tid [3] is a thread of its own, kept
@@ -112,6 +124,7 @@ def test_a_mix_of_every_kind_reads_the_same_either_way(pieces):
     assert summary.format.ns_resolution
     assert one_walk.capture is not None and one_walk.capture.flops_source == "with_flops"
     assert len(one_walk.capture.runtime) == 8  # the list-keyed thread's calls too
+    assert sum(map(len, one_walk.capture.frames.values())) == 4  # a frame around each launch
 
 
 def test_plain_operators_skip_the_parts_own_walks(monkeypatch):
@@ -126,3 +139,54 @@ def test_plain_operators_skip_the_parts_own_walks(monkeypatch):
     assert sum(seen) == 1
     assert builder.finish(decode_trace(b'{"traceEvents": []}', PATH)).summary.cpu_ops["aten::relu"][0] == 1000
 
+
+
+def read_file(path: Path, *, one_walk: bool, max_events: int | None = None) -> TraceModel:
+    """``path`` streamed as ``read_trace_file`` reads it (each piece through the sift, as
+    decoded), the plain operators in one walk or not."""
+    builder = ModelBuilder(path)
+    if not one_walk:
+        builder.plain = None
+    return builder.finish(stream_trace(path, take=builder.add, sift=builder.sift,
+                                       max_events=max_events))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
+def test_trace_files_sifted_as_decoded_read_as_each_part_reads_them(path):
+    assert comparable(read_file(path, one_walk=True)) == comparable(read_file(path, one_walk=False))
+
+
+def smallest_limit(path: Path, *, one_walk: bool) -> int:
+    """The fewest events ``max_events`` may allow for ``path`` to be read."""
+    low, high = 0, 1 << 20  # read at high, refused at low
+    while high - low > 1:
+        mid = (low + high) // 2
+        try:
+            read_file(path, one_walk=one_walk, max_events=mid)
+        except ReadError:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def test_the_operators_a_sift_takes_count_against_the_event_limit_as_kept_ones():
+    path = HERE / "data" / "gpu-traces" / "mi300_vllm_graph_capture.pt.trace.json.gz"  # 3,777 plain
+    assert smallest_limit(path, one_walk=True) == smallest_limit(path, one_walk=False) > 1000
+
+
+def test_shapes_kept_from_a_decoded_piece_let_the_piece_go():
+    """An operator's shapes are kept for its FLOPs; taken from the piece as decoded they are
+    copies, not views that would hold the whole piece in memory."""
+    data = msgspec.json.encode([
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 7, "tid": 1, "ts": 10.0 * i,
+         "dur": 5.0, "args": {"Input Dims": [[4, 8], [8, 8]], "Concrete Inputs": ["", ""]}}
+        for i in range(50)])
+    before = sys.getrefcount(data)
+    piece = msgspec.json.decode(data, type=list[Event])
+    assert sys.getrefcount(data) > before  # the shapes are views of ``data``
+    builder = ModelBuilder(PATH)
+    assert builder.sift(piece, _Kept(PATH, 10**6).keep) == 49  # the first of a name: the general way
+    assert len(builder.capture.shaped) == 50
+    del piece
+    assert sys.getrefcount(data) == before

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from profcallbacks.core.trace_names import CPU_OP, MARKED_PREFIXES, SYNC_CALLS
 from profcallbacks.report.model.flops import COUNTED
-from profcallbacks.report.read.decode import Args, Event
+from profcallbacks.report.read.decode import _RAW, Args, Event
 
 if TYPE_CHECKING:
     from profcallbacks.report.read.capture_model import CaptureBuilder
@@ -60,9 +60,12 @@ class PlainOperators:
         # (pid, tid) -> (the summary's columns of that thread, its id in the operator table)
         self._threads: dict[tuple[int, int], tuple[Any, int]] = {}
 
-    def add(self, events: list[Any], general: Callable[[list[Any]], None]) -> None:
+    def add(self, events: list[Any], general: Callable[[list[Any]], None], *,
+            decoded: bool = False) -> int:
         """Takes ``events`` (a piece, in file order): plain operators here, the rest through
-        ``general`` (each part's ``add``) as runs between them."""
+        ``general`` (each part's ``add``) as runs between them; returns how many were plain.
+        ``decoded``: the piece is as decoded, not yet through the stream's filter: shapes
+        kept are copied (``stream.py``: a ``msgspec.Raw`` is a view of the whole piece)."""
         names = self._names
         ops, shaped = self.capture.ops, self.capture.shaped.append
         put_ts, put_end, put_name, put_tid = ops.ts.append, ops.end.append, ops.name.append, ops.tid.append
@@ -116,6 +119,8 @@ class PlainOperators:
             put_name(table_id)
             put_tid(table_tid)
             if counted and args.__class__ is Args:
+                if decoded and _RAW is not None:
+                    args.dims, args.concrete = args.dims.copy(), args.concrete.copy()
                 shaped((len(ops) - 1, args))
             if not fractional and ts % 1:
                 fractional = True
@@ -128,6 +133,7 @@ class PlainOperators:
             normaliser.seen[CPU_OP] += taken
             normaliser.modern += taken
             normaliser.cpu_ops += taken
+        return taken
 
     def _plain_name(self, name: str) -> tuple[int, int, bool] | None:
         """``name``'s ids in the summary and the operator table, and whether its shapes give

@@ -8,7 +8,8 @@ the report's slim records. Only complete events (``"ph": "X"``) are kept, Python
 (``with_stack``) in a compact table until the end, when those around a runtime call (the only
 ones the report reads besides step, loader, optimizer and collective markers) become records
 (``frames.py``), and names are interned. Given ``take`` (``traces.ModelBuilder.add``), each
-piece's kept events go straight into the trace's model and are let go with the piece: memory
+piece's kept events go straight into the trace's model and are let go with the piece (given
+``sift`` too, the piece's plain CPU operators go into it first, as decoded): memory
 grows with what the model keeps of the events the report reads, at about ``BYTES_PER_EVENT``
 per event kept as an object and a third of that per CPU operator (kept as table rows), never
 with the file. A trace with more than ``event_limit()`` of those (the fixed
@@ -78,6 +79,11 @@ _HEAD_LIMIT = 64 << 20
 _TAIL_TRIES = 64
 Take = Callable[[list[Any]], None]
 """What receives each piece's kept events (``traces.ModelBuilder.add``)."""
+Sift = Callable[[list[Any], Callable[[list[Any]], list[Any]]], int]
+"""What may see each piece as decoded instead (``traces.ModelBuilder.sift``): it takes the CPU
+operators it uses as they are, their shapes copied where it keeps them (returns how many), and
+hands the other events, in runs and in file order, to its second argument (:meth:`_Kept.keep`),
+which returns those the report reads."""
 
 
 def available_bytes() -> int | None:
@@ -126,8 +132,9 @@ class _Kept:
     """The events kept so far, and how many the cap let go."""
 
     def __init__(self, path: Path, max_events: int, take: Take | None = None,
-                 available: int | None = None, share: float = MEMORY_SHARE) -> None:
-        self.path, self.max_events, self.take = path, max_events, take
+                 available: int | None = None, share: float = MEMORY_SHARE,
+                 sift: Sift | None = None) -> None:
+        self.path, self.max_events, self.take, self.sift = path, max_events, take, sift
         self.available = available  # bytes of memory free when reading began, when it bounds
         self.share = share  # of ``available`` this trace may take
         self.events: list[Any] = []  # what is kept when no ``take`` consumes the pieces
@@ -137,9 +144,35 @@ class _Kept:
         self.offset = 0  # where in the file the unread buffer starts (bytes, gunzipped)
 
     def add(self, batch: list[Any]) -> None:
+        """Takes a decoded piece: through ``sift`` when given (the CPU operators it takes as
+        they are count as kept), else kept (:meth:`keep`) and handed to ``take``.
+
+        Raises:
+            ReadError: The events kept so far are beyond ``max_events``.
+        """
+        if self.sift is not None:
+            taken = self.sift(batch, self.keep)
+            self.count += taken
+            self.operators += taken
+        elif self.take is not None:
+            self.take(self.keep(batch))
+        else:
+            self.events += self.keep(batch)
+        if self.weight() > self.max_events:
+            memory = f"~{self.max_events * BYTES_PER_EVENT >> 20:,} MiB of memory"
+            if self.available is not None:
+                memory += (f", {self.share:.0%} of the {self.available >> 20:,} MiB available "
+                           "when it began")
+            raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
+                            f"events it would keep ({memory}); open it in Perfetto's trace "
+                            "processor, read it on a machine with more memory, or capture fewer "
+                            "steps (ByteBudget(capture_bytes=...))")
+
+    def keep(self, batch: list[Any]) -> list[Any]:
+        """The events of ``batch`` the report reads (counted as kept), names interned; Python
+        frames go to the frame table instead."""
         intern = sys.intern
-        events: list[Any] = [] if self.take is not None else self.events
-        before = len(events)
+        events: list[Any] = []
         operators = 0
         for event in batch:
             if isinstance(event, Event):
@@ -165,19 +198,9 @@ class _Kept:
                     else:  # shapes are read only to count an operator's FLOPs
                         args.dims = args.concrete = _NO_SHAPES
             events.append(event)
-        self.count += len(events) - before
+        self.count += len(events)
         self.operators += operators
-        if self.weight() > self.max_events:
-            memory = f"~{self.max_events * BYTES_PER_EVENT >> 20:,} MiB of memory"
-            if self.available is not None:
-                memory += (f", {self.share:.0%} of the {self.available >> 20:,} MiB available "
-                           "when it began")
-            raise ReadError(self.path, f"beyond what the report reads: more than {self.max_events:,} "
-                            f"events it would keep ({memory}); open it in Perfetto's trace "
-                            "processor, read it on a machine with more memory, or capture fewer "
-                            "steps (ByteBudget(capture_bytes=...))")
-        if self.take is not None:
-            self.take(events)
+        return events
 
     def weight(self) -> int:
         """The events kept so far, CPU operators and Python frames counted at their share of
@@ -196,13 +219,15 @@ class _Kept:
 
 def stream_trace(path: Path, *, max_events: int | None = None,
                  max_bytes: int = MAX_STREAM_BYTES, take: Take | None = None,
-                 readers: int = 1) -> Trace:
+                 sift: Sift | None = None, readers: int = 1) -> Trace:
     """The slim ``Trace`` of ``path`` (gzipped or not), read piece by piece.
 
     ``take``, when given, receives each piece's kept events in file order (the frames around
     runtime calls last) and the events are not kept: the ``Trace`` returned holds only the
-    top-level blocks. ``readers``: traces read at once by this process's caller, each taking
-    that part of ``MEMORY_SHARE``; ``max_events``, when given, bounds the events instead.
+    top-level blocks. ``sift``, when given with ``take``, sees each piece first (``Sift``: the
+    plain CPU operators go into the model without the filter's work) and ``take`` receives only
+    the frames. ``readers``: traces read at once by this process's caller, each taking that part
+    of ``MEMORY_SHARE``; ``max_events``, when given, bounds the events instead.
 
     Raises:
         ReadError: Not a Chrome trace, truncated, or beyond ``max_events`` / ``max_bytes``.
@@ -223,7 +248,7 @@ def stream_trace(path: Path, *, max_events: int | None = None,
         max_events, available = event_limit(share)
         if max_events == MAX_STREAM_EVENTS:
             available = None  # the fixed cap bounds it, not the memory
-    kept = _Kept(path, max_events, take, available, share)
+    kept = _Kept(path, max_events, take, available, share, sift)
     read = 0
     try:
         with open(fd, "rb") as raw:

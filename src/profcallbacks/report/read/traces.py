@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import lt
@@ -101,7 +101,7 @@ def read_trace_file(path: Path, readers: int = 1) -> TraceModel:
     """
     with gc_paused():
         builder = ModelBuilder(path)
-        blocks = stream_trace(path, take=builder.add, readers=readers)
+        blocks = stream_trace(path, take=builder.add, sift=builder.sift, readers=readers)
         return builder.finish(blocks)
 
 
@@ -163,6 +163,19 @@ class ModelBuilder:
             self.plain.add(events, self._add_each)
         else:
             self._add_each(events)
+
+    def sift(self, piece: list[Any], keep: Callable[[list[Any]], list[Any]]) -> int:
+        """Takes one piece as decoded (``stream.py``: ``Sift``): the plain CPU operators as
+        :meth:`add` does, each run of other events through ``keep`` (the stream's filter)
+        first; returns how many operators were plain.
+
+        Raises:
+            ReadError: The piece is malformed beyond reading.
+        """
+        if self.plain is None:
+            self._add_each(keep(piece))
+            return 0
+        return self.plain.add(piece, lambda run: self._add_each(keep(run)), decoded=True)
 
     def _add_each(self, events: list[Any]) -> None:
         """Feeds ``events`` to each part in turn (the normaliser first: it rewrites categories)."""

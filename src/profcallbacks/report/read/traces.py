@@ -374,49 +374,53 @@ class Summariser:
 
 def _self_times(threads: dict[Any, _Thread], names: list[str],
                 ops: dict[str, list[float]]) -> tuple[Spans, list[Interval]]:
-    """Fills ``ops`` with self/total times (us); returns the union of outermost operators and
-    the dataloader intervals. Each thread's start column is overwritten with self times (the
-    columns are let go afterwards).
+    """Fills ``ops`` with calls and self/total times (us), names in the order first visited;
+    returns the union of outermost operators and the dataloader intervals.
 
     Each thread's operators are visited by start, the longest first among equal starts (two
     stable sorts of their indices, none where they were read in that order: no record per
-    operator, and the outermost ones joined as they come)."""
+    operator, and the outermost ones joined as they come); an operator's times are added to its
+    name's when it closes."""
     runs: list[Spans] = []
     data: list[Interval] = []
+    calls, selfs, totals = [0] * len(names), [0.0] * len(names), [0.0] * len(names)
+    first: dict[int, None] = {}  # name ids, in the order first visited
+    loader = {n for n, name in enumerate(names) if name.startswith(LOADER_PREFIXES)}
     for starts, durs, name_ids in threads.values():
         order: Sequence[int]
         if all(map(lt, starts, islice(starts, 1, None))):  # read in order, no two at one start
             order = range(len(starts))  # no list of indices (~40 bytes per operator)
+            first.update(dict.fromkeys(name_ids))
         else:
             order = sorted(range(len(starts)), key=durs.__getitem__, reverse=True)
             order.sort(key=starts.__getitem__)
+            first.update(dict.fromkeys(map(name_ids.__getitem__, order)))
         stack: list[list[Any]] = []  # [end, row, children's time] of open ancestors
         outer = Spans()
         runs.append(outer)
-        for i in order:  # each operator's self time replaces its start once it is closed
+        for i in order:
             ts = starts[i]
             dur = durs[i]
             while stack and stack[-1][0] <= ts:
                 _, j, inner = stack.pop()
-                starts[j] = durs[j] - inner
+                n, d = name_ids[j], durs[j]
+                calls[n] += 1
+                selfs[n] += d - inner
+                totals[n] += d
             if stack:
                 stack[-1][2] += dur
-            elif names[name_ids[i]].startswith(LOADER_PREFIXES):
+            elif name_ids[i] in loader:
                 data.append((ts, ts + dur))
             else:
                 outer.add(ts, ts + dur)
             stack.append([ts + dur, i, 0.0])
-        for _, j, inner in stack:
-            starts[j] = durs[j] - inner
-        for i in order:
-            name, dur = names[name_ids[i]], durs[i]
-            row = ops.get(name)
-            if row is None:
-                ops[name] = [1, starts[i], dur]
-            else:
-                row[0] += 1
-                row[1] += starts[i]
-                row[2] += dur
+        for _, j, inner in reversed(stack):
+            n, d = name_ids[j], durs[j]
+            calls[n] += 1
+            selfs[n] += d - inner
+            totals[n] += d
+    for n in first:
+        ops[names[n]] = [calls[n], selfs[n], totals[n]]
     return (runs[0] if len(runs) == 1 else Spans.union(runs)), data
 
 

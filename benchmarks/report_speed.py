@@ -13,11 +13,15 @@ Each measurement runs in a process of its own: its wall time (interpreter start 
 included, for all three), its CPU time (user + system, the steadier figure on a shared machine)
 and its peak RSS (``wait4``'s ``ru_maxrss``) are printed, with the ratios the targets are stated
 in: the whole report no slower than ``json.load`` alone, at least 15x faster than HTA's load and
-temporal breakdown, peak RSS at most 1 GB. Smaller sizes (``--gpu-mb 80 --cpu-events 2500000``)
+temporal breakdown, peak RSS at most 1 GB. With ``--rounds N`` each trace is measured N times,
+the commands of a round in shuffled order, and the median of the rounds' ratios is printed;
+``--control`` adds a second ``json.load`` to each round (bare against bare: it reads 1.00 within
+the machine's noise). Smaller sizes (``--gpu-mb 80 --cpu-events 2500000``)
 run in a minute or two; the report's peak RSS grows with the events it keeps.
 
 Run:  python benchmarks/report_speed.py [--gpu-mb 300] [--cpu-events 10000000]
                                         [--hta-python /tmp/hta-venv/bin/python] [--only gpu|cpu]
+                                        [--rounds 3] [--control] [--keep DIR]
 HTA pins its own pandas: install it in a venv of its own
 (``python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install holistictraceanalysis==0.5.0``);
 without ``--hta-python`` the HTA column is left out.
@@ -29,8 +33,10 @@ import argparse
 import gzip
 import json
 import os
+import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,30 +146,57 @@ def measured(command: list[str]) -> tuple[float, float, int, float]:
     return float(out[0]), float(out[1]), int(out[2]), float(out[3])
 
 
-def run(name: str, trace: Path, hta: Path | None) -> None:
+def run(name: str, trace: Path, hta: Path | None, rounds: int = 1, control: bool = False) -> None:
+    """Measures ``trace`` ``rounds`` times, the commands of a round in shuffled order; each
+    round's ratios are of that round's figures, and their median is printed. ``control``: a
+    second ``json.load`` in each round, its ratio to the first (a bare-vs-bare control: it
+    should read 1.00; how far it strays is the machine's noise)."""
     size = trace.stat().st_size
-    load = measured([sys.executable, "-c", "import json, sys; json.load(open(sys.argv[1], 'rb'))",
-                     str(trace)])
-    report = measured([sys.executable, "-m", "profcallbacks.cli", "report", str(trace.parent),
-                       "--format", "json"])
-    print(f"{name}: {size / 1e6:.0f} MB")
-    print(f"  json.load                          {load[0]:5.1f} s ({load[3]:5.1f} s CPU) "
-          f"{load[1]:6.0f} MB peak RSS")
-    print(f"  profcallbacks report --format json {report[0]:5.1f} s ({report[3]:5.1f} s CPU) "
-          f"{report[1]:6.0f} MB peak RSS" + ("" if report[2] == 0 else f"  (exit status {report[2]})"))
-    print(f"  report / json.load: {report[0] / load[0]:.2f}, in CPU seconds {report[3] / load[3]:.2f} "
-          "(target <= 1)")
+    load_cmd = [sys.executable, "-c", "import json, sys; json.load(open(sys.argv[1], 'rb'))", str(trace)]
+    commands = {"load": load_cmd,
+                "report": [sys.executable, "-m", "profcallbacks.cli", "report", str(trace.parent),
+                           "--format", "json"]}
+    if control:
+        commands["control"] = load_cmd
     if hta is not None:
         code = ("import sys; from hta.trace_analysis import TraceAnalysis; "
                 "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)")
-        done = measured([str(hta), "-c", code, str(trace.parent)])
-        if done[2] != 0:
-            print(f"  HTA 0.5.0 failed (exit status {done[2]})")
-        else:
+        commands["hta"] = [str(hta), "-c", code, str(trace.parent)]
+    print(f"{name}: {size / 1e6:.0f} MB")
+    ratios: dict[str, list[float]] = {}
+    for k in range(rounds):
+        order = list(commands)
+        random.shuffle(order)
+        got = {key: measured(commands[key]) for key in order}
+        load, report = got["load"], got["report"]
+        print(f" round {k + 1} ({', '.join(order)}):")
+        print(f"  json.load                          {load[0]:5.1f} s ({load[3]:5.1f} s CPU) "
+              f"{load[1]:6.0f} MB peak RSS")
+        print(f"  profcallbacks report --format json {report[0]:5.1f} s ({report[3]:5.1f} s CPU) "
+              f"{report[1]:6.0f} MB peak RSS"
+              + ("" if report[2] == 0 else f"  (exit status {report[2]})"))
+        print(f"  report / json.load: {report[0] / load[0]:.2f}, in CPU seconds "
+              f"{report[3] / load[3]:.2f} (target <= 1)")
+        ratios.setdefault("report / json.load", []).append(report[0] / load[0])
+        ratios.setdefault("report / json.load, CPU", []).append(report[3] / load[3])
+        if control:
+            again = got["control"]
+            print(f"  json.load again (control)          {again[0]:5.1f} s ({again[3]:5.1f} s CPU): "
+                  f"{again[0] / load[0]:.2f} of the first")
+            ratios.setdefault("control / json.load", []).append(again[0] / load[0])
+        if hta is not None:
+            done = got["hta"]
+            if done[2] != 0:
+                print(f"  HTA 0.5.0 failed (exit status {done[2]})")
+                continue
             print(f"  HTA 0.5.0 load + temporal breakdown {done[0]:5.1f} s ({done[3]:5.1f} s CPU) "
                   f"{done[1]:6.0f} MB peak RSS")
             print(f"  HTA / report: {done[0] / report[0]:.1f}x, in CPU seconds "
                   f"{done[3] / report[3]:.1f}x (target >= 15x)")
+            ratios.setdefault("HTA / report", []).append(done[0] / report[0])
+    if rounds > 1:
+        print("  medians over the rounds: " + ", ".join(
+            f"{key} {statistics.median(values):.2f}" for key, values in ratios.items()))
 
 
 def main() -> None:
@@ -173,7 +206,12 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=SOURCE, help="the real trace repeated in (a)")
     parser.add_argument("--hta-python", type=Path, help="python of a venv with HTA 0.5.0")
     parser.add_argument("--only", choices=("gpu", "cpu"), help="one of the two traces")
-    parser.add_argument("--keep", type=Path, help="write the traces here and keep them")
+    parser.add_argument("--keep", type=Path, help="write the traces here and keep them (a trace "
+                        "already there is measured again, not written again)")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of each trace, "
+                        "each round's commands in shuffled order")
+    parser.add_argument("--control", action="store_true",
+                        help="a second json.load in each round (bare-vs-bare: reads 1.00)")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="profcallbacks-bench-"))
     print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
@@ -183,13 +221,17 @@ def main() -> None:
                 sys.exit("no source trace for (a): give --source (a .pt.trace.json.gz with GPU kernels)")
             (root / "gpu").mkdir(parents=True, exist_ok=True)
             trace = root / "gpu" / "rank0_repeated.pt.trace.json"
-            size, events = repeated_gpu_trace(args.source, trace, args.gpu_mb * 1e6)
-            run(f"(a) {args.source.name} repeated: {events:,} events", trace, args.hta_python)
+            written = "written before"
+            if not (trace.is_file() and args.keep):
+                written = f"{repeated_gpu_trace(args.source, trace, args.gpu_mb * 1e6)[1]:,} events"
+            run(f"(a) {args.source.name} repeated: {written}", trace, args.hta_python,
+                args.rounds, args.control)
         if args.only != "gpu":
             (root / "cpu").mkdir(parents=True, exist_ok=True)
             trace = root / "cpu" / "rank0_small_events.pt.trace.json"
-            cpu_trace(trace, args.cpu_events)
-            run(f"(b) {args.cpu_events:,} small CPU events", trace, None)
+            if not (trace.is_file() and args.keep):
+                cpu_trace(trace, args.cpu_events)
+            run(f"(b) {args.cpu_events:,} small CPU events", trace, None, args.rounds, args.control)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -179,10 +179,8 @@ class _Walk:
         self.own_copy = {k.launch_ts: k for k in kernels
                          if k.cat == GPU_MEMCPY and k.launch_ts is not None}
         ops = cap.ops
-        self.data = merge((ops.ts[i], ops.end[i])
-                          for i in ops.rows_named(lambda n: n.startswith(LOADER_PREFIXES)))
-        self.ops = merge((ops.ts[i], ops.end[i])
-                         for i in ops.rows_named(lambda n: not n.startswith(LOADER_PREFIXES)))
+        self.data = merge(ops.spans_named(lambda n: n.startswith(LOADER_PREFIXES)))
+        self.ops = merge(ops.spans_named(lambda n: not n.startswith(LOADER_PREFIXES)))
 
     def run(self, start: float, end: float) -> list[Segment]:
         """Segments covering ``[start, end]``, walked back from ``end``."""

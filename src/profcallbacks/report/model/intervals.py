@@ -24,16 +24,28 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
         >>> merge([(5, 7), (0, 2), (1, 3)])
         [(0, 3), (5, 7)]
     """
+    # [lo, hi] is the union since the last gap, ``given`` the interval it is while it is one:
+    # its tuple is kept, not a copy (millions of operators make millions of these)
     out: list[Interval] = []
-    for interval in sorted(intervals):
+    given: Interval | None
+    ordered = iter(sorted(intervals))
+    for given in ordered:  # the first that does not end before it starts
+        lo, hi = given
+        if not hi < lo:
+            break
+    else:
+        return out
+    for interval in ordered:
         start, end = interval
         if end < start:
             continue
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1] = (out[-1][0], end)
-        else:  # the caller's tuple kept, not a copy: millions of operators make millions of these
-            out.append(interval if type(interval) is tuple else (start, end))
+        if start <= hi:
+            if end > hi:
+                hi, given = end, None
+        else:
+            out.append(given if type(given) is tuple else (lo, hi))
+            lo, hi, given = start, end, interval
+    out.append(given if type(given) is tuple else (lo, hi))
     return out
 
 

@@ -168,10 +168,10 @@ def decode_trace(data: bytes | bytearray, path: Path) -> Trace:
     return slim(parse_json(path, data), path)
 
 
-def decode_events(part: bytes) -> list[Any] | None:
+def decode_events(part: bytes | bytearray | memoryview) -> list[Any] | None:
     """The events of ``part``, a run of whole events cut from a ``traceEvents`` array (without
     its brackets); ``None`` when the cut fell inside an event."""
-    data = b"[" + part + b"]"
+    data = b"".join((b"[", part, b"]"))  # one copy, whatever ``part`` is
     if _batch_decoder is not None:
         try:
             events: list[Any] = _batch_decoder.decode(data)

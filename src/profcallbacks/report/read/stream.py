@@ -288,15 +288,29 @@ def stream_trace(path: Path, *, max_events: int | None = None,
 
 def _take_pieces(buf: bytearray, kept: _Kept) -> None:
     """Decode the complete events at the start of ``buf`` and remove them from it."""
-    window = max(0, len(buf) - (1 << 20))
-    cuts = [m for m in _BOUNDARY.finditer(buf, window)]
-    for cut in reversed(cuts[-8:]):  # the last boundary, unless it falls inside an event
-        batch = decode_events(bytes(buf[:cut.start() + 1]))
+    for cut in _last_cuts(buf, max(0, len(buf) - (1 << 20))):  # the last boundary, unless it
+        batch = decode_events(memoryview(buf)[:cut.start() + 1])  # falls inside an event
         if batch is not None:
             kept.add(batch)
             kept.offset += cut.end() - 1
             del buf[:cut.end() - 1]  # the next event's "{" stays
             return
+
+
+def _last_cuts(buf: bytearray, start: int, most: int = 8) -> list[re.Match[bytes]]:
+    """The last ``most`` boundaries between two events (``_BOUNDARY``) in ``buf`` from ``start``
+    on, the last first: found from the end back, each ``}`` tried (no scan of the whole window)."""
+    cuts: list[re.Match[bytes]] = []
+    end = len(buf)
+    while len(cuts) < most:
+        at = buf.rfind(b"}", start, end)
+        if at < 0:
+            break
+        cut = _BOUNDARY.match(buf, at)
+        if cut is not None:
+            cuts.append(cut)
+        end = at
+    return cuts
 
 
 def _finish(buf: bytearray, head: bytes, kept: _Kept, path: Path) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import bisect
 import math
 import re
 import statistics
+from functools import lru_cache
 from typing import Any
 
 from profcallbacks.core.trace_names import COPY_NAME_PREFIX
@@ -44,6 +45,7 @@ SHORT_KERNEL_US = 10.0
 
 
 
+@lru_cache(maxsize=1 << 13)  # a trace has a few hundred kernel names, each row looks one up
 def kernel_type(name: str) -> str:
     """``communication``, ``memory``, ``compute`` or ``other``, as HTA classifies kernel names.
 

@@ -56,12 +56,19 @@ def gemm_class(kernel: Kernel) -> str | None:
     """``"conv"``, ``"matmul"`` or None (not a GEMM/convolution kernel)."""
     if kernel.cat != "kernel" or not _gemm_like(kernel.name):
         return None
-    for op in reversed(kernel.ops):
+    return _gemm_class(kernel.name, kernel.ops)
+
+
+@lru_cache(maxsize=1 << 16)
+def _gemm_class(name: str, ops: tuple[str, ...]) -> str:
+    """:func:`gemm_class` of a GEMM-like kernel ``name`` launched inside ``ops`` (a kernel's
+    operators are one of a few shared chains: most calls are a look-up)."""
+    for op in reversed(ops):
         if any(c in op for c in _CONV_OPS):
             return "conv"
         if any(m in op for m in _MATMUL_OPS):
             return "matmul"
-    lowered = kernel.name.lower()
+    lowered = name.lower()
     return "conv" if any(c in lowered for c in ("conv", "cudnn", "fprop", "dgrad", "wgrad",
                                                   "fft2d")) else "matmul"
 

@@ -83,6 +83,25 @@ def test_read_in_pieces_gives_the_same_summary(tmp_path, monkeypatch, spaced):
     same_summary(summarise(stream_trace(path), path), summarise(load_trace(path), path))
 
 
+def test_cuts_that_fall_inside_names_are_passed_over(tmp_path, monkeypatch):
+    """Every event's name holds what a cut between two events looks like (``},{``, spaced too):
+    the stream still reads the trace piece by piece, the same as the whole file."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+               "ts": 0.0, "dur": 1e6}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}}},{{x}} , {{", "pid": 1, "tid": 1,
+                "ts": 1.0 + 3 * i, "dur": 2.0} for i in range(3000)]
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(stream_module, "_CHUNK", 4096)
+    pieces: list[int] = []
+    add = stream_module._Kept.add
+    monkeypatch.setattr(stream_module._Kept, "add", lambda self, batch: (pieces.append(len(batch)),
+                                                                        add(self, batch)))
+    same_summary(read_trace_file(path).summary, summarise(load_trace(path), path))
+    assert sum(pieces) == len(events)  # every event once
+    assert len(pieces) >= path.stat().st_size // 4096  # a piece each time a chunk comes in
+
+
 def test_read_in_pieces_on_traces_the_project_did_not_write(tmp_path, monkeypatch):
     monkeypatch.setattr(stream_module, "_CHUNK", 1 << 16)
     foreign = sorted(DATA.rglob("*.json.gz"))[:6] + sorted(DATA.rglob("*.json"))[:2]
